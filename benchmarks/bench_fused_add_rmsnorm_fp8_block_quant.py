@@ -1,0 +1,182 @@
+"""Benchmark of fp8norm.fused_add_rmsnorm_fp8_block_quant against eager PyTorch and torch.compile.
+
+For each (M, H): the op, the eager reference (torch_fp8norm.reference), torch.compile of the
+reference, and a device-to-device copy of the same number of bytes (half read, half written),
+all timed in the same run. Prints µs, GB/s (byte model below) and % of copy bandwidth
+(copy time / kernel time, as in shared/anchors/h200.md).
+
+Byte model (bf16): read input, read residual, write residual, write normed (4 x 2 B), write fp8
+(1 B) per element, plus 4 B per 128-element scale and the weight once:
+    bytes = 9*M*H + 4*M*H/128 + 2*H      (normed_out=None: 7*M*H + ...)
+
+CUDA times are medians of CUDA-graph replays (each replay runs the call `--calls` times back to
+back); CPU times are medians of wall-clock repeats.
+
+    python benchmarks/bench_fused_add_rmsnorm_fp8_block_quant.py [--device cuda] [--grid full] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+import torch_fp8norm
+from torch_fp8norm import reference as R
+
+GRIDS = {
+    # (M values, H values)
+    "cpu": ([1, 16, 1024], [1152, 4096, 7168]),
+    "small": ([1, 128, 2048, 16384], [2048, 4096, 7168, 8192, 16384]),
+    "full": ([1, 16, 128, 512, 2048, 8192, 16384, 32768],
+             [1152, 2048, 4096, 5120, 7168, 8192, 16384, 32768, 65536]),
+}
+
+
+def byte_count(m: int, h: int, dtype: torch.dtype, normed: bool = True) -> int:
+    e = torch.empty((), dtype=dtype).element_size()
+    per_elem = (4 if normed else 3) * e + 1
+    return per_elem * m * h + 4 * m * (h // 128) + e * h
+
+
+def time_cuda(fn, calls: int, replays: int) -> float:
+    """Median µs per call over CUDA-graph replays of `calls` back-to-back calls."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    for _ in range(3):
+        g.replay()
+    times = []
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(replays):
+        start.record()
+        g.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0 / calls)
+    return statistics.median(times)
+
+
+def time_cpu(fn, calls: int, replays: int) -> float:
+    fn()
+    times = []
+    for _ in range(replays):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - t0) * 1e6 / calls)
+    return statistics.median(times)
+
+
+def bench_shape(m, h, dtype, device, args, compiled_ref):
+    gen = torch.Generator(device="cpu").manual_seed(m * 7919 + h)
+    x = torch.randn(m, h, generator=gen).to(dtype).to(device)
+    r = torch.randn(m, h, generator=gen).to(dtype).to(device)
+    w = (torch.randn(h, generator=gen) * 0.5 + 1).to(dtype).to(device)
+    out = torch.empty(m, h, dtype=torch.float8_e4m3fn, device=device)
+    scale = torch.empty(h // 128, (m + 3) // 4 * 4, device=device).t()[:m]
+    normed = torch.empty(m, h, dtype=dtype, device=device)
+    op = torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out
+    nbytes = byte_count(m, h, dtype)
+    nbytes_nonormed = byte_count(m, h, dtype, normed=False)
+    src = torch.empty(nbytes // 2, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    src2 = torch.empty(nbytes_nonormed // 2, dtype=torch.uint8, device=device)
+    dst2 = torch.empty_like(src2)
+
+    timer = time_cuda if device == "cuda" else time_cpu
+    big = m * h >= (1 << 24)
+    calls = args.calls if not big else max(2, args.calls // 10)
+    replays = args.replays
+    t = {}
+    t["copy"] = timer(lambda: dst.copy_(src), calls, replays)
+    t["op"] = timer(lambda: op(x, r, w, 1e-6, False, out=out, block_scale=scale, normed_out=normed), calls, replays)
+    t["copy_nonormed"] = timer(lambda: dst2.copy_(src2), calls, replays)
+    t["op_nonormed"] = timer(lambda: op(x, r, w, 1e-6, False, out=out, block_scale=scale, normed_out=None), calls, replays)
+    if not args.skip_eager:
+        t["eager"] = timer(lambda: R.fused_add_rmsnorm_fp8_block_quant(x, r, w, 1e-6, False), calls, replays)
+    if compiled_ref is not None:
+        t["compile"] = timer(lambda: compiled_ref(x, r, w), calls, replays)
+    rec = dict(M=m, H=h, dtype=str(dtype).replace("torch.", ""), device=device, bytes=nbytes,
+               bytes_nonormed=nbytes_nonormed, us=t)
+    rec["gbps"] = {k: (nbytes_nonormed if k.endswith("nonormed") else nbytes) / (v * 1e3) for k, v in t.items()}
+    rec["pct_of_copy"] = {k: 100.0 * (t["copy_nonormed"] if k.endswith("nonormed") else t["copy"]) / v
+                          for k, v in t.items() if not k.startswith("copy")}
+    return rec
+
+
+def _reference_layer(x, r, w):
+    return R.fused_add_rmsnorm_fp8_block_quant(x, r, w, 1e-6, False)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--grid", choices=sorted(GRIDS), default=None, help="default: cpu on CPU, small on CUDA")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--calls", type=int, default=None, help="calls per timed replay")
+    p.add_argument("--replays", type=int, default=None)
+    p.add_argument("--skip-eager", action="store_true")
+    p.add_argument("--skip-compile", action="store_true")
+    p.add_argument("--json", default=None, help="write the results to this path")
+    p.add_argument("--max-gb", type=float, default=40.0, help="skip shapes needing more device memory")
+    args = p.parse_args(argv)
+    dtype = getattr(torch, args.dtype)
+    grid = args.grid or ("small" if args.device == "cuda" else "cpu")
+    args.calls = args.calls or (20 if args.device == "cuda" else 3)
+    args.replays = args.replays or (30 if args.device == "cuda" else 5)
+    ms, hs = GRIDS[grid]
+
+    try:
+        from tqdm import tqdm
+    except ImportError:  # the progress bar is optional
+        def tqdm(it, **_):
+            return it
+    shapes = [(m, h) for h in hs for m in ms if byte_count(m, h, dtype) * 1.6 / 1e9 <= args.max_gb]
+    records = []
+    for m, h in tqdm(shapes, desc="shapes", file=sys.stderr):
+        compiled_ref = None
+        if not args.skip_compile:
+            torch._dynamo.reset()  # a fresh static-shape compilation for every shape
+            compiled_ref = torch.compile(_reference_layer, dynamic=False)
+        records.append(bench_shape(m, h, dtype, args.device, args, compiled_ref))
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+
+    print_table(records)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(device=args.device, name=torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+                           torch=torch.__version__, dtype=args.dtype, records=records), f, indent=1)
+    return records
+
+
+def print_table(records):
+    cols = [("op", "op"), ("op_nonormed", "op no-normed"), ("eager", "eager"), ("compile", "compile")]
+    cols = [c for c in cols if any(c[0] in r["us"] for r in records)]
+    head = "| M | H | copy µs | " + " | ".join(f"{n} µs | {n} GB/s | {n} % copy" for _, n in cols) + " |"
+    print(head)
+    print("|" + "---|" * (3 + 3 * len(cols)))
+    for r in records:
+        cells = [str(r["M"]), str(r["H"]), f"{r['us']['copy']:.2f}"]
+        for k, _ in cols:
+            if k in r["us"]:
+                cells += [f"{r['us'][k]:.2f}", f"{r['gbps'][k]:.0f}", f"{r['pct_of_copy'][k]:.0f}"]
+            else:
+                cells += ["-", "-", "-"]
+        print("| " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+// The numerical contract, one function per fact, shared by the CPU and CUDA kernels.
+// torch_fp8norm/reference.py is the specification; every function here names the line it implements.
+#pragma once
+
+#include <c10/macros/Macros.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#ifdef __CUDACC__
+#include <cuda_runtime.h>
+#endif
+
+namespace fp8norm {
+
+constexpr int kBlock = 128;            // elements per quantization block (1 x 128)
+constexpr float kFp8Max = 448.0f;      // largest finite float8_e4m3fn
+constexpr float kAmaxFloor = 1e-10f;   // amax.clamp_min(1e-10)
+
+C10_HOST_DEVICE inline uint32_t float_bits(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+#endif
+}
+
+C10_HOST_DEVICE inline float bits_float(uint32_t u) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+#endif
+}
+
+// |g| as bits. For non-negative floats the unsigned order is the float order, and every NaN
+// sorts above +inf, so an unsigned max over these bits is a NaN-propagating amax.
+C10_HOST_DEVICE inline uint32_t abs_bits(float g) { return float_bits(g) & 0x7FFFFFFFu; }
+
+// rstd = rsqrt(x.square().mean(-1) + eps), from the sum of the float32 squares accumulated in
+// double: the mean, + eps and 1 / sqrt in double, rounded once to float32. That is the correctly
+// rounded rstd (torch's float32 mean and rsqrt are a few ulp off it; the contract allows that).
+C10_HOST_DEVICE inline float rstd_from_sum_of_squares(double sum_sq, int64_t H, float eps) {
+  const double v = sum_sq / static_cast<double>(H) + static_cast<double>(eps);
+#ifdef __CUDA_ARCH__
+  return __double2float_rn(__drcp_rn(__dsqrt_rn(v)));
+#else
+  return static_cast<float>(1.0 / std::sqrt(v));
+#endif
+}
+
+// normed = (x * rstd * weight), two float32 products in the reference's order (no fma).
+C10_HOST_DEVICE inline float normalize(float x, float rstd, float w) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(__fmul_rn(x, rstd), w);
+#else
+  return (x * rstd) * w;
+#endif
+}
+
+// scale = amax.clamp_min(1e-10) / 448, then (scale_ue8m0) the smallest power of two >= scale.
+// amax_bits comes from abs_bits; NaN and inf pass through.
+C10_HOST_DEVICE inline float block_scale_from_amax_bits(uint32_t amax_bits, bool ue8m0) {
+  const uint32_t floor_bits = 0x2EDBE6FFu;  // bits of 1e-10f
+  const float amax = bits_float(amax_bits > floor_bits ? amax_bits : floor_bits);
+#ifdef __CUDA_ARCH__
+  const float scale = __fdiv_rn(amax, kFp8Max);
+#else
+  const float scale = amax / kFp8Max;
+#endif
+  if (!ue8m0) return scale;
+  const uint32_t b = float_bits(scale);
+  const bool finite = (b & 0x7F800000u) != 0x7F800000u;
+  if (finite && (b & 0x007FFFFFu) != 0) return bits_float((b & 0x7F800000u) + 0x00800000u);
+  return scale;
+}
+
+// g / scale, correctly rounded, before the saturating conversion to float8_e4m3fn (which is
+// the reference's clamp(-448, 448) followed by round-to-nearest-even).
+C10_HOST_DEVICE inline float scaled(float g, float scale) {
+#ifdef __CUDA_ARCH__
+  return __fdiv_rn(g, scale);
+#else
+  return g / scale;
+#endif
+}
+
+}  // namespace fp8norm

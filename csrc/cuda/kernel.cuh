@@ -1,0 +1,280 @@
+// The CUDA kernel of the fp8norm ops, included by one .cu file per activation dtype.
+//
+// Design (one memory pass):
+//  - One row per group of threads (threads_x wide, rows_per_cta groups per CTA). Each thread
+//    owns 16-byte vectors of the row: VEC = 16 / sizeof(T) elements, so a 1x128 quantization
+//    block is LPB = 128 / VEC consecutive lanes of one warp.
+//  - A row is processed in tiles of threads_x * VPT vectors. Pass 1 reads input and residual
+//    once, writes the new residual, and keeps the rounded sums on chip: in registers when the row
+//    is one tile, otherwise in shared memory (the "stash"), or, for rows larger than shared
+//    memory, re-read from the just-written residual (a same-thread read-after-write, in L2).
+//  - The sum of squares is reduced by warp shuffles and one shared-memory exchange (in double,
+//    in a fixed order: deterministic). Pass 2 normalizes, reduces each block's amax with
+//    shuffles over its LPB lanes, and writes normed (optional), fp8 and the block scale.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include "../common/fp8norm.h"
+#include "../common/numerics.h"
+#include "launch.h"
+
+namespace fp8norm {
+namespace cuda {
+
+// Conversions between a storage type and float (explicit intrinsics: torch builds with
+// __CUDA_NO_HALF_OPERATORS__ and friends). from_float rounds to nearest even.
+template <typename T>
+struct Cvt;
+template <>
+struct Cvt<float> {
+  __device__ static float to_float(float x) { return x; }
+  __device__ static float from_float(float x) { return x; }
+};
+template <>
+struct Cvt<__half> {
+  __device__ static float to_float(__half x) { return __half2float(x); }
+  __device__ static __half from_float(float x) { return __float2half_rn(x); }
+};
+template <>
+struct Cvt<__nv_bfloat16> {
+  __device__ static float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+  __device__ static __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
+};
+
+// N elements of T, loaded or stored as 16-byte accesses when ALIGNED, else one by one.
+template <typename T, int N>
+struct alignas(16) Pack {
+  T v[N];
+};
+
+template <bool ALIGNED, typename T, int N>
+__device__ __forceinline__ void load(Pack<T, N>& dst, const T* src) {
+  if constexpr (ALIGNED && (sizeof(T) * N) % 16 == 0) {
+#pragma unroll
+    for (int c = 0; c < int(sizeof(T) * N / 16); ++c) {
+      reinterpret_cast<uint4*>(&dst)[c] = reinterpret_cast<const uint4*>(src)[c];
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < N; ++e) dst.v[e] = src[e];
+  }
+}
+
+template <bool ALIGNED, typename T, int N>
+__device__ __forceinline__ void store(T* dst, const Pack<T, N>& src) {
+  if constexpr (ALIGNED && (sizeof(T) * N) % 16 == 0) {
+#pragma unroll
+    for (int c = 0; c < int(sizeof(T) * N / 16); ++c) {
+      reinterpret_cast<uint4*>(dst)[c] = reinterpret_cast<const uint4*>(&src)[c];
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < N; ++e) dst[e] = src.v[e];
+  }
+}
+
+// N fp8 bytes (N = 4 or 8) stored as one 4- or 8-byte access when ALIGNED.
+template <bool ALIGNED, int N>
+__device__ __forceinline__ void store_fp8(uint8_t* dst, const uint32_t (&words)[N / 4]) {
+  if constexpr (ALIGNED && N == 8) {
+    *reinterpret_cast<uint2*>(dst) = make_uint2(words[0], words[1]);
+  } else if constexpr (ALIGNED && N == 4) {
+    *reinterpret_cast<uint32_t*>(dst) = words[0];
+  } else {
+#pragma unroll
+    for (int e = 0; e < N; ++e) dst[e] = static_cast<uint8_t>(words[e / 4] >> (8 * (e % 4)));
+  }
+}
+
+// Two quotients to two float8_e4m3fn bytes: round to nearest even, saturating to +-448
+// (the reference's clamp), NaN stays NaN.
+__device__ __forceinline__ uint32_t to_fp8x2(float a, float b) {
+  return static_cast<uint32_t>(
+      __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3));
+}
+
+constexpr int kMaxWarpsPerRow = 32;
+
+template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT>
+__global__ void __launch_bounds__(max_threads_per_cta(VPT))
+    fused_add_rmsnorm_fp8_block_quant_kernel(const RowArgs a, const int ntiles,
+                                             const bool smem_stash) {
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr int LPB = kBlock / VEC;  // lanes per quantization block
+  static_assert(LPB <= 32 && 32 % LPB == 0, "a 1x128 block must sit inside one warp");
+  using C = Cvt<T>;
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  double* red = reinterpret_cast<double*>(smem);  // [rows_per_cta][kMaxWarpsPerRow]
+  T* stash = reinterpret_cast<T*>(smem + sizeof(double) * kMaxWarpsPerRow * blockDim.y);
+
+  const int tx = threadIdx.x;
+  const int lane = tx % 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  const bool active = row < a.rows;
+  const int64_t nvec = a.hidden / VEC;
+  const int64_t tile_vecs = static_cast<int64_t>(blockDim.x) * VPT;
+  const int64_t safe_row = active ? row : 0;  // pointers are formed, never dereferenced, if inactive
+
+  const T* in = static_cast<const T*>(a.input) + safe_row * a.input_stride;
+  T* res = HAS_RES ? static_cast<T*>(a.residual) + safe_row * a.residual_stride : nullptr;
+  const W* w = static_cast<const W*>(a.weight);
+  T* normed = a.normed ? static_cast<T*>(a.normed) + safe_row * a.normed_stride : nullptr;
+  uint8_t* out = static_cast<uint8_t*>(a.out) + safe_row * a.out_stride;
+  float* scale_row = a.block_scale + safe_row * a.scale_stride_row;
+  // Where pass 2 finds the sums of tiles other than the last one.
+  const T* sums = smem_stash ? stash : (HAS_RES ? res : in);
+
+  Pack<T, VEC> sv[VPT];  // the rounded sums s of the current tile (exact in T)
+  double acc = 0.0;
+
+  // Pass 1.
+  for (int t = 0; t < ntiles; ++t) {
+    Pack<T, VEC> vres[VPT];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int64_t v = t * tile_vecs + k * blockDim.x + tx;
+      if (active && v < nvec) {
+        load<ALIGNED>(sv[k], in + v * VEC);
+        if constexpr (HAS_RES) load<ALIGNED>(vres[k], res + v * VEC);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int64_t v = t * tile_vecs + k * blockDim.x + tx;
+      const bool valid = active && v < nvec;
+      if (!valid) continue;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        if constexpr (HAS_RES) {
+          sv[k].v[e] = C::from_float(__fadd_rn(C::to_float(sv[k].v[e]), C::to_float(vres[k].v[e])));
+        }
+        const float f = C::to_float(sv[k].v[e]);
+        acc += static_cast<double>(__fmul_rn(f, f));
+      }
+      if constexpr (HAS_RES) store<ALIGNED>(res + v * VEC, sv[k]);
+      if (smem_stash && ntiles > 1) store<true>(stash + v * VEC, sv[k]);
+    }
+  }
+
+  // Row sum of squares: warp shuffles, then one exchange through shared memory.
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
+  if (lane == 0) red[threadIdx.y * kMaxWarpsPerRow + tx / 32] = acc;
+  __syncthreads();
+  double sum_sq = 0.0;
+  for (int i = 0; i < int(blockDim.x / 32); ++i) sum_sq += red[threadIdx.y * kMaxWarpsPerRow + i];
+  const float rstd = rstd_from_sum_of_squares(sum_sq, a.hidden, a.eps);
+
+  // Pass 2: the last tile is still in registers; earlier tiles come back from the stash.
+  for (int t = ntiles - 1; t >= 0; --t) {
+    if (t != ntiles - 1) {
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const int64_t v = t * tile_vecs + k * blockDim.x + tx;
+        if (active && v < nvec) {
+          if (smem_stash) {
+            load<true>(sv[k], sums + v * VEC);
+          } else {
+            load<ALIGNED>(sv[k], sums + v * VEC);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int64_t v = t * tile_vecs + k * blockDim.x + tx;
+      const bool valid = active && v < nvec;
+      Pack<W, VEC> wv;
+      if (valid) load<ALIGNED>(wv, w + v * VEC);
+      Pack<T, VEC> nv;
+      float g[VEC];
+      uint32_t amax = 0;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const float xf = valid ? C::to_float(sv[k].v[e]) : 0.f;
+        const float wf = valid ? Cvt<W>::to_float(wv.v[e]) : 0.f;
+        nv.v[e] = C::from_float(normalize(xf, rstd, wf));
+        g[e] = C::to_float(nv.v[e]);
+        amax = max(amax, abs_bits(g[e]));
+      }
+      if (valid && normed != nullptr) store<ALIGNED>(normed + v * VEC, nv);
+#pragma unroll
+      for (int off = LPB / 2; off > 0; off /= 2) {
+        amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
+      }
+      const float scale = block_scale_from_amax_bits(amax, a.ue8m0);
+      uint32_t words[VEC / 4];
+#pragma unroll
+      for (int e = 0; e < VEC; e += 4) {
+        const uint32_t lo = to_fp8x2(scaled(g[e], scale), scaled(g[e + 1], scale));
+        const uint32_t hi = to_fp8x2(scaled(g[e + 2], scale), scaled(g[e + 3], scale));
+        words[e / 4] = lo | (hi << 16);
+      }
+      if (valid) {
+        store_fp8<ALIGNED, VEC>(out + v * VEC, words);
+        if (tx % LPB == 0) scale_row[(v / LPB) * a.scale_stride_col] = scale;
+      }
+    }
+  }
+}
+
+}  // namespace cuda
+}  // namespace fp8norm
+
+// ---- Host side: instantiate and launch (one .cu per T instantiates launch<T>) ----
+#include <c10/cuda/CUDAException.h>
+
+#include <type_traits>
+
+namespace fp8norm {
+namespace cuda {
+
+template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT>
+void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) {
+  auto* kernel = fused_add_rmsnorm_fp8_block_quant_kernel<T, W, HAS_RES, ALIGNED, VPT>;
+  if (cfg.smem_bytes > 48 * 1024) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(cfg.smem_bytes)));
+  }
+  const int64_t ctas = (a.rows + cfg.rows_per_cta - 1) / cfg.rows_per_cta;
+  TORCH_CHECK(ctas <= int64_t{0x7FFFFFFF}, "fp8norm: too many rows for one launch: ", to_str(a.rows));
+  const dim3 block(cfg.threads_x, cfg.rows_per_cta);
+  kernel<<<static_cast<unsigned>(ctas), block, cfg.smem_bytes, stream>>>(a, cfg.ntiles,
+                                                                        cfg.smem_stash);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename F>
+void with_bool(bool b, F&& f) {
+  if (b) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
+  }
+}
+
+template <typename T>
+void launch(const RowArgs& a, const LaunchConfig& cfg, bool aligned, cudaStream_t stream) {
+  with_bool(a.weight_is_float, [&](auto w_float) {
+    using W = std::conditional_t<decltype(w_float)::value, float, T>;
+    with_bool(a.residual != nullptr, [&](auto has_res) {
+      with_bool(aligned, [&](auto al) {
+        constexpr bool R = decltype(has_res)::value, A = decltype(al)::value;
+        if (cfg.vpt == 4) {
+          launch_one<T, W, R, A, 4>(a, cfg, stream);
+        } else {
+          TORCH_CHECK(cfg.vpt == 1, "fp8norm: unsupported vectors per thread ", to_str(cfg.vpt));
+          launch_one<T, W, R, A, 1>(a, cfg, stream);
+        }
+      });
+    });
+  });
+}
+
+}  // namespace cuda
+}  // namespace fp8norm

@@ -1,0 +1,242 @@
+"""Shared helpers of the fp8norm tests: devices, input makers, poisoning, the contract check."""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+import torch_fp8norm
+from torch_fp8norm import reference as R
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+DTYPES = [torch.float16, torch.bfloat16, torch.float32]
+LAYOUTS = ["tma", "scaled_mm", "row_major"]  # block_scale layouts accepted by the .out ops
+
+# normed_out may differ from the reference by this many units in the last place of its dtype.
+NORMED_ULP = 1
+
+
+def poison_(t: torch.Tensor) -> torch.Tensor:
+    """Fill with NaN (0x7F for float8), a value no finite input produces."""
+    if t.dtype == torch.float8_e4m3fn:
+        t.view(torch.uint8).fill_(0x7F)
+    else:
+        t.fill_(float("nan"))
+    return t
+
+
+def rows_view(m: int, h: int, dtype, device, pad: int = 0, fill=None) -> torch.Tensor:
+    """An [m, h] tensor; with pad > 0, a view into a bigger [m, h + pad] buffer (strided rows)."""
+    base = torch.empty(m, h + pad, dtype=dtype, device=device)
+    if fill is not None:
+        fill(base)
+    return base[:, :h] if pad else base
+
+
+def scale_buffer(m: int, h: int, layout: str, device) -> torch.Tensor:
+    """block_scale [m, h/128] float32 in one of the accepted layouts, inside a padded buffer."""
+    nb = h // 128
+    if layout == "tma":
+        mp = (m + 3) // 4 * 4
+        return torch.empty(nb, mp, device=device).t()[:m]
+    if layout == "scaled_mm":
+        return torch.empty(nb, m, device=device).t()
+    assert layout == "row_major"
+    return torch.empty(m, nb, device=device)
+
+
+def random_rows(m: int, h: int, dtype, device, pad: int = 0, scale: float = 1.0, gen=None):
+    t = rows_view(m, h, dtype, device, pad)
+    t.copy_(torch.randn(m, h, generator=gen) * scale)
+    return t
+
+
+def storage_bytes(t: torch.Tensor) -> torch.Tensor:
+    """A copy of every byte of t's storage (to check that nothing outside the view changed)."""
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage()).clone()
+
+
+def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """|a - b| in units in the last place of their (shared) float dtype, as int64, on CPU.
+    NaN vs NaN counts 0; NaN vs non-NaN counts as huge."""
+    int_t = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}[a.dtype]
+    bits = {torch.int32: 31, torch.int16: 15}[int_t]
+
+    def ordered(x):
+        i = x.cpu().contiguous().view(int_t).long()
+        mag = i & ((1 << bits) - 1)
+        return torch.where(i < 0, -mag, mag)
+
+    d = (ordered(a) - ordered(b)).abs()
+    an, bn = torch.isnan(a.cpu()), torch.isnan(b.cpu())
+    d = torch.where(an & bn, torch.zeros_like(d), d)
+    return torch.where(an ^ bn, torch.full_like(d, 1 << 40), d)
+
+
+def assert_fp8_equal(got: torch.Tensor, want: torch.Tensor, what: str):
+    """Bitwise equality of float8_e4m3fn tensors; the two NaN encodings (0x7F, 0xFF) are equal."""
+    g = got.cpu().contiguous().view(torch.uint8)
+    w = want.cpu().contiguous().view(torch.uint8)
+    g = torch.where((g & 0x7F) == 0x7F, torch.full_like(g, 0x7F), g)
+    w = torch.where((w & 0x7F) == 0x7F, torch.full_like(w, 0x7F), w)
+    bad = (g != w).nonzero()
+    assert bad.numel() == 0, f"{what}: {bad.shape[0]} fp8 bytes differ, first at {bad[0].tolist()}: " \
+        f"got {g[tuple(bad[0])].item():#04x}, want {w[tuple(bad[0])].item():#04x}"
+
+
+def assert_bitwise(got: torch.Tensor, want: torch.Tensor, what: str):
+    g, w = got.cpu(), want.cpu()
+    assert g.shape == w.shape and g.dtype == w.dtype, f"{what}: {g.shape}/{g.dtype} vs {w.shape}/{w.dtype}"
+    same = (g == w) | (torch.isnan(g) & torch.isnan(w))
+    bad = (~same).nonzero()
+    assert bad.numel() == 0, f"{what}: {bad.shape[0]} elements differ, first at {bad[0].tolist()}: " \
+        f"got {g[tuple(bad[0])].item()!r}, want {w[tuple(bad[0])].item()!r}"
+
+
+def exact_rstd_normalize(s: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """reference.rms_normalize with rstd computed exactly (float64) and rounded once to float32."""
+    x = s.float()
+    mean_sq = x.square().double().mean(-1, keepdim=True)
+    rstd = torch.rsqrt(mean_sq + torch.tensor(eps, dtype=torch.float32).double()).float()
+    return (x * rstd * weight.float()).to(s.dtype)
+
+
+def check_contract(x, residual_before, weight, eps, ue8m0, residual_after, out, block_scale, normed):
+    """The numerical contract, checked against reference.py evaluated on CPU copies.
+
+    residual_before is None for rmsnorm_fp8_block_quant. normed must be the op's normed_out.
+    """
+    xc, wc = x.cpu(), weight.cpu()
+    if residual_before is not None:
+        rc = residual_before.cpu().clone()
+        _, _, ref_normed = R.fused_add_rmsnorm_fp8_block_quant(xc, rc, wc, eps, ue8m0)
+        assert_bitwise(residual_after, rc, "residual")
+    else:
+        _, _, ref_normed = R.rmsnorm_fp8_block_quant(xc, wc, eps, ue8m0)
+    if x.dtype == torch.float32:
+        # For float32 one ulp is finer than torch's own float32 mean and rsqrt (up to ~3 ulp
+        # off the exact values): there the reference is evaluated with the exact rstd.
+        s_ref = residual_after.cpu() if residual_before is not None else xc
+        ref_normed = exact_rstd_normalize(s_ref, wc, eps)
+    d = ulp_distance(normed, ref_normed)
+    if d.numel():
+        worst = d.argmax()
+        assert d.max().item() <= NORMED_ULP, (
+            f"normed_out: {d.max().item()} ulp from the reference (allowed {NORMED_ULP}) at flat "
+            f"index {worst.item()}: got {normed.cpu().flatten()[worst].item()!r}, "
+            f"want {ref_normed.flatten()[worst].item()!r}")
+    q, s = R.quantize_fp8_block(normed.cpu(), ue8m0)
+    assert_fp8_equal(out, q, "out")
+    assert_bitwise(block_scale, s, "block_scale")
+
+
+def int_view(t: torch.Tensor) -> torch.Tensor:
+    """t reinterpreted as integers of the same size (any strides)."""
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def assert_only_view_written(t: torch.Tensor, before: torch.Tensor, what: str):
+    """Every byte of t's storage outside the view t is as it was (`before`, from storage_bytes)."""
+    expected = before.clone()
+    v = torch.empty(0, dtype=int_view(t).dtype, device=t.device)
+    v.set_(expected.untyped_storage(), t.storage_offset(), t.size(), t.stride())
+    v.copy_(int_view(t))
+    assert torch.equal(expected, storage_bytes(t)), f"{what}: bytes outside the tensor were written"
+
+
+@contextlib.contextmanager
+def fp8_comparing_allclose():
+    """opcheck compares mutated tensors with torch.allclose, which has no float8 kernel on CPU:
+    inside this block, float8 tensors compare by their bytes; everything else is unchanged."""
+    orig = torch.allclose
+
+    def allclose(a, b, *args, **kwargs):
+        if torch.float8_e4m3fn in (a.dtype, b.dtype):
+            return a.dtype == b.dtype and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+        return orig(a, b, *args, **kwargs)
+
+    torch.allclose = allclose
+    try:
+        yield
+    finally:
+        torch.allclose = orig
+
+
+@dataclass
+class Case:
+    """One call of one of the four overloads, with its options."""
+    device: str
+    dtype: torch.dtype
+    m: int
+    h: int
+    fused: bool = True          # fused_add_rmsnorm_* (else rmsnorm_*)
+    functional: bool = False    # functional overload (else .out)
+    weight_fp32: bool = False
+    pad: int = 0                # extra elements per row: strided rows (1: unaligned rows)
+    ue8m0: bool = False
+    layout: str = "tma"         # block_scale layout (.out only)
+    normed_none: bool = False   # .out with normed_out=None
+    eps: float = 1e-6
+
+
+def make_inputs(c: Case, gen: Optional[torch.Generator] = None, values=None):
+    """Fresh random inputs for a case: rows scaled by random powers of ten, random weight."""
+    gen = gen or torch.Generator().manual_seed(torch.randint(0, 2**31, ()).item())
+    row_scale = torch.exp(torch.randn(c.m, 1, generator=gen) * 2)
+    x = rows_view(c.m, c.h, c.dtype, c.device, c.pad)
+    x.copy_(torch.randn(c.m, c.h, generator=gen) * row_scale)
+    r = None
+    if c.fused:
+        r = rows_view(c.m, c.h, c.dtype, c.device, c.pad)
+        r.copy_(torch.randn(c.m, c.h, generator=gen) * row_scale)
+    if values is not None:
+        values(x, r)
+    w = (torch.randn(c.h, generator=gen) * 0.5 + 1).to(torch.float32 if c.weight_fp32 else c.dtype).to(c.device)
+    return x, r, w
+
+
+def run_case(c: Case, x, r, w):
+    """Calls the op for a case. Returns (out, block_scale, normed or None)."""
+    if c.functional:
+        if c.fused:
+            out, s, n = torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r, w, c.eps, c.ue8m0)
+        else:
+            out, s, n = torch.ops.fp8norm.rmsnorm_fp8_block_quant(x, w, c.eps, c.ue8m0)
+        assert s.stride() == torch_fp8norm.block_scale_layout_strides(c.m) or c.m * c.h == 0
+        assert out.is_contiguous() and n.is_contiguous()
+        return out, s, n
+    out = poison_(rows_view(c.m, c.h, torch.float8_e4m3fn, c.device, c.pad))
+    s = poison_(scale_buffer(c.m, c.h, c.layout, c.device))
+    n = None if c.normed_none else poison_(rows_view(c.m, c.h, c.dtype, c.device, c.pad))
+    before = {name: storage_bytes(t) for name, t in (("out", out), ("block_scale", s), ("normed_out", n)) if t is not None}
+    if c.fused:
+        torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out(
+            x, r, w, c.eps, c.ue8m0, out=out, block_scale=s, normed_out=n)
+    else:
+        torch.ops.fp8norm.rmsnorm_fp8_block_quant.out(x, w, c.eps, c.ue8m0, out=out, block_scale=s, normed_out=n)
+    for name, t in (("out", out), ("block_scale", s), ("normed_out", n)):
+        if t is not None:
+            assert_only_view_written(t, before[name], name)
+    return out, s, n
+
+
+def check_case(c: Case, values=None):
+    """Runs a case on fresh inputs and checks the whole contract. Returns the results."""
+    x, r, w = make_inputs(c, values=values)
+    r_before = r.clone() if r is not None else None
+    r_bytes = storage_bytes(r) if r is not None else None
+    out, s, n = run_case(c, x, r, w)
+    if r is not None:
+        assert_only_view_written(r, r_bytes, "residual")
+    if n is None:
+        # normed_out=None: out and block_scale must equal those of a call that writes normed_out
+        # (the contract is stated on the op's own normed values).
+        r2 = r_before.clone() if r is not None else None
+        full = Case(**{**c.__dict__, "normed_none": False})
+        out2, s2, n = run_case(full, x, r2, w)
+        assert_fp8_equal(out, out2, "out (normed_out=None vs written)")
+        assert_bitwise(s, s2, "block_scale (normed_out=None vs written)")
+    check_contract(x, r_before, w, c.eps, c.ue8m0, r, out, s, n)
+    return x, r, w, out, s, n

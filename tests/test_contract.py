@@ -1,0 +1,110 @@
+"""The numerical contract of the four overloads against torch_fp8norm.reference, on every device."""
+import itertools
+
+import pytest
+import torch
+
+from fp8norm_testing import DEVICES, DTYPES, LAYOUTS, Case, check_case
+
+# (M, H): every M in {0, 1, 3, 4, 5, 127, 1024} and every H in {128, 1152, 2048, 4096, 7168,
+# 16384, 32768, 65536}; long rows with small M.
+SHAPES = [
+    (0, 128), (1, 128), (3, 1152), (4, 2048), (5, 4096), (127, 7168), (1024, 128),
+    (1024, 1152), (1024, 2048), (1024, 4096), (5, 16384), (127, 16384), (3, 32768),
+    (1, 65536), (4, 65536),
+]
+OPTIONS = [
+    dict(fused=f, functional=fn, weight_fp32=wf, pad=p, ue8m0=u, layout=lay, normed_none=nn)
+    for f, fn, wf, p, u, lay, nn in itertools.product(
+        [True, False], [False, True], [False, True], [0, 128, 1], [False, True], LAYOUTS, [False, True])
+    if not (fn and (nn or lay != "tma"))  # functional overloads take no outputs
+]
+
+
+def _grid():
+    # Each (shape, dtype) gets a different combination of options (a stride coprime to their
+    # count walks through all of them); test_every_option_combination covers the full product.
+    i = 0
+    for device in DEVICES:
+        for (m, h), dtype in itertools.product(SHAPES, DTYPES):
+            opts = OPTIONS[(i * 37) % len(OPTIONS)]
+            i += 1
+            yield pytest.param(Case(device, dtype, m, h, **opts),
+                               id=f"{device}-{str(dtype)[6:]}-M{m}-H{h}-" + "-".join(
+                                   f"{k}={v}" for k, v in opts.items()))
+
+
+@pytest.mark.parametrize("case", list(_grid()))
+def test_contract_grid(case):
+    check_case(case)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_option_combination(device, dtype):
+    for opts in OPTIONS:
+        check_case(Case(device, dtype, 5, 384, **opts))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fused", [True, False])
+def test_repeated_calls_fresh_inputs(device, dtype, fused):
+    # Different random data each time; nothing carries over between calls.
+    for m, h in [(3, 256), (9, 1280), (2, 8192)]:
+        for _ in range(3):
+            check_case(Case(device, dtype, m, h, fused=fused, ue8m0=bool(m % 2)))
+
+
+def _edge_values(dtype):
+    fmax = torch.finfo(dtype).max
+    tiny = torch.finfo(dtype).tiny
+
+    def values(x, r):
+        h = x.shape[1]
+        x[0].zero_()                      # all-zero row (r zeroed below)
+        x[1, 7] = float("nan")            # NaN in one row
+        x[2, h - 1] = float("inf")        # +inf in one row
+        x[3, 130] = -float("inf")
+        x[4].fill_(fmax / 2)              # near the dtype's max (sum with residual may overflow)
+        x[5].normal_().mul_(fmax / 16)
+        x[6].normal_().mul_(tiny)         # tiny (subnormal range for 16-bit types)
+        x[7, 0] = fmax / 1.5              # one huge value among normal ones
+        x[8].fill_(1.0)                   # constant row: every fp8 value at the saturation edge
+        if r is not None:
+            r[0].zero_()
+            r[4].fill_(fmax / 4)
+            r[5].zero_()
+            r[6].normal_().mul_(tiny)
+            r[8].zero_()
+    return values
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("ue8m0", [False, True])
+def test_edge_values(device, dtype, fused, ue8m0):
+    c = Case(device, dtype, 12, 1152, fused=fused, ue8m0=ue8m0)
+    x, r, w, out, s, n = check_case(c, values=_edge_values(dtype))
+    s = s.cpu()
+    # A NaN makes its whole row NaN (the row's rstd is NaN). An inf makes rstd 0: its own block
+    # is NaN (inf * 0), the row's other blocks are zeros. The other rows are unaffected.
+    assert torch.isnan(s[1]).all(), s[1]
+    nb = s.shape[1]
+    for row, blk in ((2, nb - 1), (3, 1)):
+        assert torch.isnan(s[row, blk]), s[row]
+        others = torch.cat([s[row, :blk], s[row, blk + 1:]])
+        assert torch.isfinite(others).all() and torch.all(out.cpu()[row].view(torch.uint8)[
+            [i for i in range(s.shape[1] * 128) if i // 128 != blk]] & 0x7F == 0)
+    finite_rows = [0, 6, 7, 8, 9, 10, 11]
+    assert torch.isfinite(s[finite_rows]).all()
+    assert torch.isfinite(n.cpu()[finite_rows].float()).all()
+    # All-zero row: scale is the floor, values zero.
+    assert torch.all(out.cpu()[0].view(torch.uint8) & 0x7F == 0)
+    assert torch.all(s[0] == (2.0 ** -42 if ue8m0 else torch.tensor(1e-10) / 448))
+    if not ue8m0:
+        # Without ue8m0 the largest element of every block of an ordinary row lands on the fp8
+        # saturation edge, +-448, whichever way amax / 448 rounded.
+        q = out.cpu()[8:].float().abs().view(4, -1, 128).amax(-1)
+        assert torch.all(q == 448), q

@@ -1,0 +1,127 @@
+"""Every malformed call raises a clear error naming the argument and the rule, and writes nothing."""
+import pytest
+import torch
+
+from fp8norm_testing import DEVICES, Case, check_case, int_view, make_inputs, poison_, scale_buffer
+
+M, H = 4, 256
+BF = torch.bfloat16
+
+
+def _valid(device):
+    x, r, w = make_inputs(Case(device, BF, M, H))
+    out = poison_(torch.empty(M, H, dtype=torch.float8_e4m3fn, device=device))
+    s = poison_(scale_buffer(M, H, "tma", device))
+    n = poison_(torch.empty(M, H, dtype=BF, device=device))
+    return dict(input=x, residual=r, weight=w, out=out, block_scale=s, normed_out=n)
+
+
+def _buf(device, *shape, dtype=BF):
+    return torch.randn(*shape, device=device).to(dtype)
+
+
+# (name, function of (valid args, device) -> args to use, error message pattern)
+BAD = [
+    ("input 1-D", lambda a, d: {**a, "input": a["input"][0]}, "input must be 2-D"),
+    ("input 3-D", lambda a, d: {**a, "input": a["input"].view(2, 2, H)}, "input must be 2-D"),
+    ("input float64", lambda a, d: {**a, "input": a["input"].double()}, "input must be float16, bfloat16 or float32"),
+    ("input int32", lambda a, d: {**a, "input": a["input"].int()}, "input must be float16, bfloat16 or float32"),
+    ("H not a multiple of 128", lambda a, d: {**a, "input": a["input"][:, :192], "residual": a["residual"][:, :192],
+                                              "weight": a["weight"][:192]}, "positive multiple of 128"),
+    ("input last dim strided", lambda a, d: {**a, "input": _buf(d, M, 2 * H)[:, ::2]}, "input must have a contiguous last dimension"),
+    ("residual dtype", lambda a, d: {**a, "residual": a["residual"].half()}, "residual must have dtype"),
+    ("residual shape", lambda a, d: {**a, "residual": _buf(d, M + 1, H)}, "residual must have the shape of input"),
+    ("residual 1-D", lambda a, d: {**a, "residual": _buf(d, H)}, "residual must be 2-D"),
+    ("residual last dim strided", lambda a, d: {**a, "residual": _buf(d, M, 2 * H)[:, ::2]}, "residual must have a contiguous last dimension"),
+    ("weight length", lambda a, d: {**a, "weight": _buf(d, H + 128)}, "weight must have H = 256 elements"),
+    ("weight dtype", lambda a, d: {**a, "weight": a["weight"].half()}, "weight must have input's dtype"),
+    ("weight 2-D", lambda a, d: {**a, "weight": a["weight"].view(2, H // 2)}, "weight must be 1-D"),
+    ("weight strided", lambda a, d: {**a, "weight": _buf(d, 2 * H)[::2]}, "weight must be contiguous"),
+    ("out dtype", lambda a, d: {**a, "out": _buf(d, M, H)}, "out must have dtype Float8_e4m3fn"),
+    ("out shape", lambda a, d: {**a, "out": _buf(d, M, H + 128).to(torch.float8_e4m3fn)}, "out must have the shape of input"),
+    ("out last dim strided", lambda a, d: {**a, "out": _buf(d, M, 2 * H).to(torch.float8_e4m3fn)[:, ::2]}, "out must have a contiguous last dimension"),
+    ("block_scale dtype", lambda a, d: {**a, "block_scale": _buf(d, M, H // 128)}, "block_scale must have dtype float32"),
+    ("block_scale shape", lambda a, d: {**a, "block_scale": _buf(d, M, H // 128 + 1, dtype=torch.float32)}, r"block_scale must have shape \[M, H/128\]"),
+    ("block_scale 1-D", lambda a, d: {**a, "block_scale": _buf(d, M * 2, dtype=torch.float32)}, "block_scale must be 2-D"),
+    ("block_scale overlapping strides", lambda a, d: {**a, "block_scale": _buf(d, 1, H // 128, dtype=torch.float32).expand(M, H // 128)},
+     "block_scale has overlapping elements"),
+    ("normed_out dtype", lambda a, d: {**a, "normed_out": _buf(d, M, H, dtype=torch.float32)}, "normed_out must have dtype"),
+    ("normed_out shape", lambda a, d: {**a, "normed_out": _buf(d, M, H * 2)}, "normed_out must have the shape of input"),
+    ("residual is input", lambda a, d: {**a, "residual": a["input"]}, "residual overlaps input"),
+    ("residual overlaps input", lambda a, d: (lambda b: {**a, "input": b[:, :H], "residual": b[:, 128:128 + H]})(_buf(d, M, 2 * H)),
+     "residual overlaps input"),
+    ("residual rows overlap", lambda a, d: {**a, "residual": _buf(d, 2 * M * H).as_strided((M, H), (128, 1))},
+     "residual has overlapping elements"),
+    ("weight inside residual", lambda a, d: {**a, "weight": a["residual"][1]}, "residual overlaps weight"),
+    ("out aliases normed_out", lambda a, d: (lambda b: {**a, "normed_out": b, "out": b.view(torch.float8_e4m3fn)[:, :H]})(_buf(d, M, H)),
+     "normed_out overlaps out"),
+    ("block_scale inside normed_out", lambda a, d: {**a, "block_scale": a["normed_out"].view(torch.float32)[:, :H // 128]},
+     "normed_out overlaps block_scale"),
+    ("out inside input", lambda a, d: {**a, "out": a["input"].view(torch.float8_e4m3fn)[:, :H]}, "out overlaps input"),
+]
+
+
+def _call(args, fused):
+    kw = {k: args[k] for k in ("out", "block_scale", "normed_out")}
+    if fused:
+        torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out(args["input"], args["residual"], args["weight"], **kw)
+    else:
+        torch.ops.fp8norm.rmsnorm_fp8_block_quant.out(args["input"], args["weight"], **kw)
+
+
+def _snapshot(args):
+    return {k: int_view(v).clone() for k, v in args.items() if v is not None}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name,make,pattern", BAD, ids=[b[0] for b in BAD])
+def test_bad_call_raises_and_writes_nothing(device, name, make, pattern):
+    args = make(_valid(device), device)
+    fused_cases = [True] if "residual" in name else [True, False]
+    for fused in fused_cases:
+        before = _snapshot(args)
+        with pytest.raises(RuntimeError, match=pattern):
+            _call(args, fused)
+        for k, v in before.items():
+            assert torch.equal(int_view(args[k]), v), f"{k} was modified by a rejected call"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_functional_calls(device):
+    a = _valid(device)
+    with pytest.raises(RuntimeError, match="positive multiple of 128"):
+        torch.ops.fp8norm.rmsnorm_fp8_block_quant(a["input"][:, :64], a["weight"][:64])
+    r = a["residual"].clone()
+    with pytest.raises(RuntimeError, match="residual overlaps input"):
+        torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant(r, r, a["weight"])
+    with pytest.raises(RuntimeError, match="weight must be on"):
+        torch.ops.fp8norm.rmsnorm_fp8_block_quant(a["input"], a["weight"].to("meta"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_mixed_devices_rejected():
+    a = _valid("cuda")
+    for k in ("residual", "weight", "out", "block_scale", "normed_out"):
+        bad = {**a, k: a[k].cpu()}
+        before = _snapshot(a)
+        with pytest.raises(RuntimeError, match=f"{k} must be on cuda"):
+            _call(bad, True)
+        for kk, v in before.items():
+            assert torch.equal(int_view(a[kk]), v)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_interleaved_views_of_one_buffer_are_accepted(device):
+    # input and residual as the two halves of one [M, 2H] buffer: rows interleave, bytes do not.
+    x, r, w = make_inputs(Case(device, BF, M, H))
+    buf = torch.empty(M, 2 * H, dtype=BF, device=device)
+    buf[:, :H], buf[:, H:] = x, r
+    out, s, n = torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant(buf[:, :H], buf[:, H:], w)
+    r_ref = (x.float() + r.float()).to(BF)
+    assert torch.equal(buf[:, H:], r_ref) and torch.equal(buf[:, :H], x)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_rows(device):
+    check_case(Case(device, BF, 0, 1152))
+    check_case(Case(device, BF, 0, 1152, functional=True, fused=False))

@@ -1,0 +1,67 @@
+"""Executable specification of the fp8norm ops, in plain PyTorch.
+
+Every kernel in this package is tested against these functions. They are written for
+clarity, not speed: each line is one step of the contract in the README.
+"""
+from __future__ import annotations
+
+import torch
+
+FP8_MAX = 448.0          # largest finite float8_e4m3fn value
+BLOCK = 128              # elements per quantization block (1 x 128)
+AMAX_FLOOR = 1e-10       # block amax is clamped to at least this
+
+
+def ue8m0_round_up(scale: torch.Tensor) -> torch.Tensor:
+    """Smallest power of two >= scale, exactly, from the float32 exponent bits.
+
+    Positive finite scales with a non-zero mantissa move up one binade; powers of two,
+    +inf and NaN are returned unchanged.
+    """
+    bits = scale.view(torch.int32)
+    mantissa = bits & 0x007FFFFF
+    up = (bits & 0x7F800000) + 0x00800000
+    rounded = torch.where((mantissa != 0) & torch.isfinite(scale), up, bits)
+    return rounded.view(torch.float32)
+
+
+def quantize_fp8_block(normed: torch.Tensor, scale_ue8m0: bool = False):
+    """1x128 block FP8 quantization of a [M, H] tensor of normed values.
+
+    Returns (q [M, H] float8_e4m3fn, scale [M, H/128] float32, contiguous).
+    """
+    M, H = normed.shape
+    g = normed.float().view(M, H // BLOCK, BLOCK)
+    amax = g.abs().amax(-1).clamp_min(AMAX_FLOOR)       # NaN propagates
+    scale = amax / FP8_MAX                              # float32, correctly rounded
+    if scale_ue8m0:
+        scale = ue8m0_round_up(scale)
+    q = (g / scale[..., None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    return q.view(M, H), scale
+
+
+def rms_normalize(s: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm of the rows of s times weight, rounded once to s.dtype."""
+    x = s.float()
+    rstd = torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
+    return (x * rstd * weight.float()).to(s.dtype)
+
+
+def fused_add_rmsnorm_fp8_block_quant(input, residual, weight, eps=1e-6, scale_ue8m0=False):
+    """residual += input (in place, rounded to the input dtype); normed = rmsnorm(residual) * weight;
+    (out, block_scale) = fp8 1x128 quantization of normed.
+
+    Returns (out, block_scale, normed), like torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.
+    """
+    s = (input.float() + residual.float()).to(input.dtype)
+    residual.copy_(s)
+    normed = rms_normalize(s, weight, eps)
+    out, block_scale = quantize_fp8_block(normed, scale_ue8m0)
+    return out, block_scale, normed
+
+
+def rmsnorm_fp8_block_quant(input, weight, eps=1e-6, scale_ue8m0=False):
+    """Same as fused_add_rmsnorm_fp8_block_quant without a residual: normed = rmsnorm(input) * weight."""
+    normed = rms_normalize(input, weight, eps)
+    out, block_scale = quantize_fp8_block(normed, scale_ue8m0)
+    return out, block_scale, normed
