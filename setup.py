@@ -6,6 +6,7 @@ No GPU is needed at build time. Environment:
                         compute_80 PTX), so the library loads on any GPU of compute capability
                         >= 8.0.
   FP8NORM_CPU_ONLY=1    build without CUDA even when it is available.
+  FP8NORM_NVCC_FLAGS    extra nvcc flags (e.g. to build a kernel variant for a benchmark).
   CUDA_HOME             the CUDA toolkit; when unset, the folder nvcc itself reports is used.
 """
 import glob
@@ -63,7 +64,7 @@ if use_cuda:
     ext_cls = CUDAExtension
     sources += sorted(glob.glob(os.path.join("csrc", "cuda", "*.cu")))
     # No fast-math: the contract fixes results bit for bit (correctly rounded division).
-    extra["nvcc"] = ["-O3", "-lineinfo"]
+    extra["nvcc"] = ["-O3", "-lineinfo"] + os.environ.get("FP8NORM_NVCC_FLAGS", "").split()
 
 setup(
     name="torch_fp8norm",

@@ -10,8 +10,9 @@ Byte model (bf16): read input, read residual, write residual, write normed (4 x 
 (1 B) per element, plus 4 B per 128-element scale and the weight once:
     bytes = 9*M*H + 4*M*H/128 + 2*H      (normed_out=None: 7*M*H + ...)
 
-CUDA times are medians of CUDA-graph replays (each replay runs the call `--calls` times back to
-back); CPU times are medians of wall-clock repeats.
+CUDA times are medians over samples of back-to-back CUDA-graph replays (each replay runs the call
+`--calls` times back to back; each sample lasts >= ~0.5 ms); CPU times are medians of wall-clock
+repeats.
 
     python benchmarks/bench_fused_add_rmsnorm_fp8_block_quant.py [--device cuda] [--grid full] [--json out.json]
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -44,7 +46,9 @@ def byte_count(m: int, h: int, dtype: torch.dtype, normed: bool = True) -> int:
 
 
 def time_cuda(fn, calls: int, replays: int) -> float:
-    """Median µs per call over CUDA-graph replays of `calls` back-to-back calls."""
+    """Median µs per call. A CUDA graph holds `calls` back-to-back calls; each timed sample
+    replays it back to back for >= ~0.5 ms (so that the GPU stays busy and clocked up, and launch
+    gaps stay out), and the median over `replays` samples is taken."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -56,16 +60,22 @@ def time_cuda(fn, calls: int, replays: int) -> float:
     with torch.cuda.graph(g):
         for _ in range(calls):
             fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(3):
         g.replay()
+    start.record()
+    g.replay()
+    end.record()
+    end.synchronize()
+    inner = max(1, min(200, math.ceil(500.0 / max(start.elapsed_time(end) * 1000.0, 1e-3))))
     times = []
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(replays):
         start.record()
-        g.replay()
+        for _ in range(inner):
+            g.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0 / calls)
+        times.append(start.elapsed_time(end) * 1000.0 / (calls * inner))
     return statistics.median(times)
 
 
@@ -141,7 +151,7 @@ def main(argv=None):
     dtype = getattr(torch, args.dtype)
     grid = args.grid or ("small" if args.device == "cuda" else "cpu")
     args.calls = args.calls or (20 if args.device == "cuda" else 3)
-    args.replays = args.replays or (30 if args.device == "cuda" else 5)
+    args.replays = args.replays or (15 if args.device == "cuda" else 5)
     ms, hs = GRIDS[grid]
 
     try:

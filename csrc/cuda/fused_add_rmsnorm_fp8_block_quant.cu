@@ -16,17 +16,29 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Launch table, by the number of 16-byte vectors in a row (nvec = H * sizeof(T) / 16):
-//   nvec <= 1024 : 1 vector per thread per tile, one tile, threads_x = round_up(nvec, 32),
-//                  several rows per CTA when a row needs fewer than 256 threads
-//   nvec >  1024 : 4 vectors per thread, up to 512 threads per row; rows longer than 2048
-//                  vectors take several tiles, kept in shared memory when they fit
-LaunchConfig launch_config(int64_t hidden, int64_t elem_size, int max_smem) {
+// Launch table, by the number of 16-byte vectors in a row (nvec = H * sizeof(T) / 16) and the
+// number of rows M (measurements: benchmarks/NOTES.md).
+//   vectors per thread: 4 for rows longer than 1024 vectors. For shorter rows, 4 when there are
+//                       enough rows to fill every SM several times (M >= 4 * SMs: then bytes
+//                       in flight per SM decide, and 64 bytes of input + residual per thread
+//                       beat more, smaller threads), unless that leaves over 15% of the lanes
+//                       idle (H = 128 or 1152 in bf16); else 1 (few rows: latency decides, so
+//                       spread each row over more threads)
+//   threads per row:    round_up(nvec / vpt, 32), at most 1024 (vpt 1) or 512 (vpt 4); rows
+//                       longer than that take several tiles, kept in shared memory if they fit
+//   rows per CTA:       enough to make ~256 threads per CTA, when a row is one tile
+LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, int sms, int max_smem) {
   const int64_t nvec = hidden * elem_size / 16;
+  auto threads_for = [&](int vpt) {
+    return std::min<int64_t>(max_threads_per_cta(vpt), ceil_div(ceil_div(nvec, vpt), 32) * 32);
+  };
+  auto lane_use = [&](int vpt) {
+    const int64_t t = threads_for(vpt);
+    return static_cast<double>(nvec) / static_cast<double>(ceil_div(nvec, t * vpt) * t * vpt);
+  };
   LaunchConfig c;
-  c.vpt = nvec <= 1024 ? 1 : 4;
-  const int64_t max_threads = max_threads_per_cta(c.vpt);
-  c.threads_x = static_cast<int>(std::min(max_threads, ceil_div(ceil_div(nvec, c.vpt), 32) * 32));
+  c.vpt = nvec > 1024 || (rows >= 4 * int64_t{sms} && lane_use(4) >= 0.85) ? 4 : 1;
+  c.threads_x = static_cast<int>(threads_for(c.vpt));
   c.ntiles = static_cast<int>(ceil_div(nvec, int64_t{c.threads_x} * c.vpt));
   c.rows_per_cta = c.ntiles == 1 ? std::max(1, 256 / c.threads_x) : 1;
   const size_t red_bytes = sizeof(double) * 32 * c.rows_per_cta;
@@ -36,9 +48,9 @@ LaunchConfig launch_config(int64_t hidden, int64_t elem_size, int max_smem) {
   return c;
 }
 
-int max_dynamic_smem(int device) {
+int device_attribute(cudaDeviceAttr attr, int device) {
   int value = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, device));
   return value;
 }
 
@@ -56,7 +68,10 @@ void run(const RowArgs& a, const at::Tensor& input) {
                        (a.residual == nullptr || aligned_rows(a.residual, a.residual_stride, es, 16)) &&
                        (a.normed == nullptr || aligned_rows(a.normed, a.normed_stride, es, 16)) &&
                        aligned_rows(a.weight, 0, 1, 16) && aligned_rows(a.out, a.out_stride, 1, vec);
-  const LaunchConfig cfg = launch_config(a.hidden, es, max_dynamic_smem(input.device().index()));
+  const int device = input.device().index();
+  const LaunchConfig cfg =
+      launch_config(a.rows, a.hidden, es, device_attribute(cudaDevAttrMultiProcessorCount, device),
+                    device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   switch (input.scalar_type()) {
     case at::kBFloat16: launch<__nv_bfloat16>(a, cfg, aligned, stream); break;
     case at::kHalf: launch<__half>(a, cfg, aligned, stream); break;

@@ -46,17 +46,44 @@ struct Cvt<__nv_bfloat16> {
 };
 
 // N elements of T, loaded or stored as 16-byte accesses when ALIGNED, else one by one.
+// Cache hints for the 16-byte accesses: kStream for data touched once (evict first), kKeep for
+// data every row reads again (the weight: read-only path, stays in L1/L2), kPlain otherwise.
+enum class Hint { kPlain, kStream, kKeep };
+
 template <typename T, int N>
 struct alignas(16) Pack {
   T v[N];
 };
 
-template <bool ALIGNED, typename T, int N>
+// Build with -DFP8NORM_NO_CACHE_HINTS to compare without them (benchmarks/NOTES.md).
+#ifdef FP8NORM_NO_CACHE_HINTS
+constexpr bool kCacheHints = false;
+#else
+constexpr bool kCacheHints = true;
+#endif
+
+template <Hint H>
+__device__ __forceinline__ uint4 load16(const uint4* p) {
+  if constexpr (kCacheHints && H == Hint::kStream) return __ldcs(p);
+  if constexpr (kCacheHints && H == Hint::kKeep) return __ldg(p);
+  return *p;
+}
+
+template <Hint H>
+__device__ __forceinline__ void store16(uint4* p, uint4 v) {
+  if constexpr (kCacheHints && H == Hint::kStream) {
+    __stcs(p, v);
+  } else {
+    *p = v;
+  }
+}
+
+template <bool ALIGNED, Hint H = Hint::kPlain, typename T, int N>
 __device__ __forceinline__ void load(Pack<T, N>& dst, const T* src) {
   if constexpr (ALIGNED && (sizeof(T) * N) % 16 == 0) {
 #pragma unroll
     for (int c = 0; c < int(sizeof(T) * N / 16); ++c) {
-      reinterpret_cast<uint4*>(&dst)[c] = reinterpret_cast<const uint4*>(src)[c];
+      reinterpret_cast<uint4*>(&dst)[c] = load16<H>(reinterpret_cast<const uint4*>(src) + c);
     }
   } else {
 #pragma unroll
@@ -64,12 +91,12 @@ __device__ __forceinline__ void load(Pack<T, N>& dst, const T* src) {
   }
 }
 
-template <bool ALIGNED, typename T, int N>
+template <bool ALIGNED, Hint H = Hint::kPlain, typename T, int N>
 __device__ __forceinline__ void store(T* dst, const Pack<T, N>& src) {
   if constexpr (ALIGNED && (sizeof(T) * N) % 16 == 0) {
 #pragma unroll
     for (int c = 0; c < int(sizeof(T) * N / 16); ++c) {
-      reinterpret_cast<uint4*>(dst)[c] = reinterpret_cast<const uint4*>(&src)[c];
+      store16<H>(reinterpret_cast<uint4*>(dst) + c, reinterpret_cast<const uint4*>(&src)[c]);
     }
   } else {
 #pragma unroll
@@ -80,8 +107,12 @@ __device__ __forceinline__ void store(T* dst, const Pack<T, N>& src) {
 // N fp8 bytes (N = 4 or 8) stored as one 4- or 8-byte access when ALIGNED.
 template <bool ALIGNED, int N>
 __device__ __forceinline__ void store_fp8(uint8_t* dst, const uint32_t (&words)[N / 4]) {
-  if constexpr (ALIGNED && N == 8) {
+  if constexpr (ALIGNED && N == 8 && kCacheHints) {
+    __stcs(reinterpret_cast<uint2*>(dst), make_uint2(words[0], words[1]));
+  } else if constexpr (ALIGNED && N == 8) {
     *reinterpret_cast<uint2*>(dst) = make_uint2(words[0], words[1]);
+  } else if constexpr (ALIGNED && N == 4 && kCacheHints) {
+    __stcs(reinterpret_cast<unsigned int*>(dst), words[0]);
   } else if constexpr (ALIGNED && N == 4) {
     *reinterpret_cast<uint32_t*>(dst) = words[0];
   } else {
@@ -116,8 +147,8 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT))
   const int lane = tx % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool active = row < a.rows;
-  const int64_t nvec = a.hidden / VEC;
-  const int64_t tile_vecs = static_cast<int64_t>(blockDim.x) * VPT;
+  const int nvec = static_cast<int>(a.hidden / VEC);  // the launcher checks H < 2^31
+  const int tile_vecs = blockDim.x * VPT;
   const int64_t safe_row = active ? row : 0;  // pointers are formed, never dereferenced, if inactive
 
   const T* in = static_cast<const T*>(a.input) + safe_row * a.input_stride;
@@ -137,15 +168,15 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT))
     Pack<T, VEC> vres[VPT];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const int64_t v = t * tile_vecs + k * blockDim.x + tx;
+      const int v = t * tile_vecs + k * blockDim.x + tx;
       if (active && v < nvec) {
-        load<ALIGNED>(sv[k], in + v * VEC);
-        if constexpr (HAS_RES) load<ALIGNED>(vres[k], res + v * VEC);
+        load<ALIGNED, Hint::kStream>(sv[k], in + v * VEC);
+        if constexpr (HAS_RES) load<ALIGNED, Hint::kStream>(vres[k], res + v * VEC);
       }
     }
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const int64_t v = t * tile_vecs + k * blockDim.x + tx;
+      const int v = t * tile_vecs + k * blockDim.x + tx;
       const bool valid = active && v < nvec;
       if (!valid) continue;
 #pragma unroll
@@ -156,7 +187,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT))
         const float f = C::to_float(sv[k].v[e]);
         acc += static_cast<double>(__fmul_rn(f, f));
       }
-      if constexpr (HAS_RES) store<ALIGNED>(res + v * VEC, sv[k]);
+      if constexpr (HAS_RES) store<ALIGNED, Hint::kStream>(res + v * VEC, sv[k]);
       if (smem_stash && ntiles > 1) store<true>(stash + v * VEC, sv[k]);
     }
   }
@@ -175,7 +206,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT))
     if (t != ntiles - 1) {
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
-        const int64_t v = t * tile_vecs + k * blockDim.x + tx;
+        const int v = t * tile_vecs + k * blockDim.x + tx;
         if (active && v < nvec) {
           if (smem_stash) {
             load<true>(sv[k], sums + v * VEC);
@@ -187,10 +218,10 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT))
     }
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const int64_t v = t * tile_vecs + k * blockDim.x + tx;
+      const int v = t * tile_vecs + k * blockDim.x + tx;
       const bool valid = active && v < nvec;
       Pack<W, VEC> wv;
-      if (valid) load<ALIGNED>(wv, w + v * VEC);
+      if (valid) load<ALIGNED, Hint::kKeep>(wv, w + v * VEC);
       Pack<T, VEC> nv;
       float g[VEC];
       uint32_t amax = 0;
@@ -202,7 +233,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT))
         g[e] = C::to_float(nv.v[e]);
         amax = max(amax, abs_bits(g[e]));
       }
-      if (valid && normed != nullptr) store<ALIGNED>(normed + v * VEC, nv);
+      if (valid && normed != nullptr) store<ALIGNED, Hint::kStream>(normed + v * VEC, nv);
 #pragma unroll
       for (int off = LPB / 2; off > 0; off /= 2) {
         amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
@@ -241,6 +272,7 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(cfg.smem_bytes)));
   }
+  TORCH_CHECK(a.hidden < (int64_t{1} << 31), "fp8norm: H must be below 2^31, got ", to_str(a.hidden));
   const int64_t ctas = (a.rows + cfg.rows_per_cta - 1) / cfg.rows_per_cta;
   TORCH_CHECK(ctas <= int64_t{0x7FFFFFFF}, "fp8norm: too many rows for one launch: ", to_str(a.rows));
   const dim3 block(cfg.threads_x, cfg.rows_per_cta);
