@@ -71,12 +71,16 @@ def _edge_values(dtype):
         x[6].normal_().mul_(tiny)         # tiny (subnormal range for 16-bit types)
         x[7, 0] = fmax / 1.5              # one huge value among normal ones
         x[8].fill_(1.0)                   # constant row: every fp8 value at the saturation edge
+        # magnitudes spread over 2^-20..1: fp8 subnormals, ties and the normal/subnormal boundary
+        mags = torch.exp2(-20 * torch.rand(h))
+        x[9] = (mags * torch.sign(torch.randn(h))).to(x.dtype)
         if r is not None:
             r[0].zero_()
             r[4].fill_(fmax / 4)
             r[5].zero_()
             r[6].normal_().mul_(tiny)
             r[8].zero_()
+            r[9].zero_()
     return values
 
 

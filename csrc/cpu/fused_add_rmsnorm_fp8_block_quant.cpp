@@ -4,7 +4,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
-#include <c10/util/Float8_e4m3fn.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -14,6 +13,23 @@
 
 namespace fp8norm {
 namespace {
+
+// float -> float8_e4m3fn byte, with the reference's clamp(-448, 448) folded in: the same bits as
+// c10::Float8_e4m3fn(clamp(q)) (round to nearest even, NaN stays NaN), but branch-free so that
+// the loop vectorizes.
+inline uint8_t fp8e4m3fn_saturating(float q) {
+  const uint32_t bits = float_bits(q);
+  const uint32_t sign = (bits >> 24) & 0x80u;
+  const uint32_t b = bits & 0x7FFFFFFFu;
+  // |q| >= 2^-6: rebias the exponent (127 -> 7) and round the mantissa to 3 bits, ties to even.
+  const uint32_t normal = (b + 0xC407FFFFu + ((b >> 20) & 1u)) >> 20;
+  // |q| < 2^-6: let a float addition do the rounding to a multiple of 2^-9.
+  const uint32_t subnormal = float_bits(bits_float(b) + bits_float(141u << 23)) - (141u << 23);
+  uint32_t r = b < (121u << 23) ? subnormal : normal;
+  r = b > 0x43E00000u ? 0x7Eu : r;  // |q| > 448 (inf too): clamp to 448
+  r = b > 0x7F800000u ? 0x7Fu : r;  // NaN
+  return static_cast<uint8_t>(r | sign);
+}
 
 template <typename T, typename W>
 void row_kernel(const RowArgs& a, int64_t row) {
@@ -26,50 +42,45 @@ void row_kernel(const RowArgs& a, int64_t row) {
   float* scale_row = a.block_scale + row * a.scale_stride_row;
 
   // Pass 1: s = T(input + residual), written back to residual; sum of float32 squares in double.
+  // Simple loops over one 128-value block at a time, so that the compiler vectorizes them.
   constexpr int kLanes = 8;
   double acc[kLanes] = {};
-  const T* s_row = in;
-  if (res != nullptr) {
-    for (int64_t i = 0; i < H; i += kLanes) {
-      for (int l = 0; l < kLanes; ++l) {
-        const T s = static_cast<T>(static_cast<float>(in[i + l]) + static_cast<float>(res[i + l]));
-        res[i + l] = s;
-        const float x = static_cast<float>(s);
-        acc[l] += static_cast<double>(x * x);
+  float f[kBlock];
+  for (int64_t base = 0; base < H; base += kBlock) {
+    if (res != nullptr) {
+      for (int j = 0; j < kBlock; ++j) {
+        f[j] = static_cast<float>(
+            static_cast<T>(static_cast<float>(in[base + j]) + static_cast<float>(res[base + j])));
       }
+      for (int j = 0; j < kBlock; ++j) res[base + j] = static_cast<T>(f[j]);  // exact: f is a T
+    } else {
+      for (int j = 0; j < kBlock; ++j) f[j] = static_cast<float>(in[base + j]);
     }
-    s_row = res;
-  } else {
-    for (int64_t i = 0; i < H; i += kLanes) {
-      for (int l = 0; l < kLanes; ++l) {
-        const float x = static_cast<float>(in[i + l]);
-        acc[l] += static_cast<double>(x * x);
-      }
+    for (int j = 0; j < kBlock; j += kLanes) {
+      for (int l = 0; l < kLanes; ++l) acc[l] += static_cast<double>(f[j + l] * f[j + l]);
     }
   }
   double sum_sq = 0;
   for (double v : acc) sum_sq += v;
   const float rstd = rstd_from_sum_of_squares(sum_sq, H, a.eps);
+  const T* s_row = res != nullptr ? res : in;
 
-  // Pass 2, one 1x128 block at a time.
+  // Pass 2, one 1x128 block at a time (the row is in cache now).
   float g[kBlock];
   for (int64_t b = 0; b < H / kBlock; ++b) {
     const int64_t base = b * kBlock;
-    uint32_t amax = 0;
     for (int j = 0; j < kBlock; ++j) {
-      const T n = static_cast<T>(
-          normalize(static_cast<float>(s_row[base + j]), rstd, static_cast<float>(w[base + j])));
-      if (normed != nullptr) normed[base + j] = n;
-      g[j] = static_cast<float>(n);
-      amax = std::max(amax, abs_bits(g[j]));
+      g[j] = static_cast<float>(static_cast<T>(
+          normalize(static_cast<float>(s_row[base + j]), rstd, static_cast<float>(w[base + j]))));
     }
+    if (normed != nullptr) {
+      for (int j = 0; j < kBlock; ++j) normed[base + j] = static_cast<T>(g[j]);  // exact
+    }
+    uint32_t amax = 0;
+    for (int j = 0; j < kBlock; ++j) amax = std::max(amax, abs_bits(g[j]));
     const float scale = block_scale_from_amax_bits(amax, a.ue8m0);
     scale_row[b * a.scale_stride_col] = scale;
-    for (int j = 0; j < kBlock; ++j) {
-      // std::max/std::min return their first argument when it is NaN: NaN stays NaN.
-      const float q = std::min(std::max(scaled(g[j], scale), -kFp8Max), kFp8Max);
-      out[base + j] = c10::Float8_e4m3fn(q).x;
-    }
+    for (int j = 0; j < kBlock; ++j) out[base + j] = fp8e4m3fn_saturating(scaled(g[j], scale));
   }
 }
 
