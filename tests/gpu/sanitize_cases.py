@@ -1,0 +1,43 @@
+"""The CUDA cases run under compute-sanitizer by tests/gpu/sanitize.sh (a plain script: pytest
+itself is slow under the sanitizer). Each case is checked against the contract as in the tests.
+
+Grid: odd H (128, 1152, 5120), long rows (32768, 65536), M in {1, 3, 5, 1024}, strided (and
+unaligned) rows, every block_scale layout, normed_out=None, scale_ue8m0, both ops, bf16 and
+float32 (float32 with H = 65536 takes the path that re-reads the row from global memory).
+"""
+import itertools
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from fp8norm_testing import LAYOUTS, Case, check_case  # noqa: E402
+
+
+def cases():
+    opts = list(itertools.product([0, 128, 1], LAYOUTS, [False, True], [False, True], [True, False]))
+    i = 0
+    for dtype in (torch.bfloat16, torch.float32):
+        for h in (128, 1152, 5120, 32768, 65536):
+            for m in (1, 3, 5, 1024):
+                if m == 1024 and h > 5120:
+                    continue
+                pad, layout, normed_none, ue8m0, fused = opts[(i * 7) % len(opts)]
+                i += 1
+                yield Case("cuda", dtype, m, h, fused=fused, pad=pad, layout=layout,
+                           normed_none=normed_none, ue8m0=ue8m0)
+
+
+def main():
+    assert torch.cuda.is_available(), "needs a CUDA device"
+    n = 0
+    for c in cases():
+        check_case(c)
+        n += 1
+    torch.cuda.synchronize()
+    print(f"sanitize_cases: {n} cases checked")
+
+
+if __name__ == "__main__":
+    main()
