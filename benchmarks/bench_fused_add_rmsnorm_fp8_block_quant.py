@@ -146,8 +146,17 @@ def main(argv=None):
     p.add_argument("--skip-eager", action="store_true")
     p.add_argument("--skip-compile", action="store_true")
     p.add_argument("--json", default=None, help="write the results to this path")
+    p.add_argument("--plot", default=None, help="write a PNG: % of copy bandwidth vs M, one line per H")
+    p.add_argument("--from-json", default=None, help="plot/print an earlier --json file instead of measuring")
     p.add_argument("--max-gb", type=float, default=40.0, help="skip shapes needing more device memory")
     args = p.parse_args(argv)
+    if args.from_json:
+        with open(args.from_json) as f:
+            data = json.load(f)
+        print_table(data["records"])
+        if args.plot:
+            plot(data["records"], args.plot, f"{data.get('name', '')}, {data.get('dtype', '')}")
+        return data["records"]
     dtype = getattr(torch, args.dtype)
     grid = args.grid or ("small" if args.device == "cuda" else "cpu")
     args.calls = args.calls or (20 if args.device == "cuda" else 3)
@@ -171,11 +180,40 @@ def main(argv=None):
             torch.cuda.empty_cache()
 
     print_table(records)
+    name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    if args.plot:
+        plot(records, args.plot, f"{name}, {args.dtype}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(device=args.device, name=torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
-                           torch=torch.__version__, dtype=args.dtype, records=records), f, indent=1)
+            json.dump(dict(device=args.device, name=name, torch=torch.__version__, dtype=args.dtype,
+                           records=records), f, indent=1)
     return records
+
+
+def plot(records, path, title):
+    """% of copy bandwidth vs M, one line per H: the op solid, torch.compile dashed."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    hs = sorted({r["H"] for r in records})
+    colors = plt.cm.viridis([i / max(1, len(hs) - 1) for i in range(len(hs))])
+    for h, color in zip(hs, colors):
+        rs = sorted((r for r in records if r["H"] == h), key=lambda r: r["M"])
+        ms = [r["M"] for r in rs]
+        ax.plot(ms, [r["pct_of_copy"]["op"] for r in rs], "-o", color=color, label=f"H={h}", ms=3)
+        if all("compile" in r["pct_of_copy"] for r in rs):
+            ax.plot(ms, [r["pct_of_copy"]["compile"] for r in rs], "--", color=color, alpha=0.6)
+    ax.axhline(100, color="gray", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("M (rows)")
+    ax.set_ylabel("% of same-bytes copy bandwidth")
+    ax.set_title(f"fused_add_rmsnorm_fp8_block_quant ({title}); solid: fp8norm, dashed: torch.compile")
+    ax.legend(ncol=3, fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def print_table(records):
