@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from fp8norm_testing import LAYOUTS, Case, check_case  # noqa: E402
 
 
-def cases():
+def cases(device="cuda"):
     opts = list(itertools.product([0, 128, 1], LAYOUTS, [False, True], [False, True], [True, False]))
     i = 0
     for dtype in (torch.bfloat16, torch.float32):
@@ -25,18 +25,19 @@ def cases():
                     continue
                 pad, layout, normed_none, ue8m0, fused = opts[(i * 7) % len(opts)]
                 i += 1
-                yield Case("cuda", dtype, m, h, fused=fused, pad=pad, layout=layout,
+                yield Case(device, dtype, m, h, fused=fused, pad=pad, layout=layout,
                            normed_none=normed_none, ue8m0=ue8m0)
 
 
 def main():
-    assert torch.cuda.is_available(), "needs a CUDA device"
+    device = sys.argv[1] if len(sys.argv) > 1 else "cuda"  # "cpu": a dry run of the cases
     n = 0
-    for c in cases():
+    for c in cases(device):
         check_case(c)
         n += 1
-    torch.cuda.synchronize()
-    print(f"sanitize_cases: {n} cases checked")
+    if device == "cuda":
+        torch.cuda.synchronize()
+    print(f"sanitize_cases: {n} cases checked on {device}")
 
 
 if __name__ == "__main__":
