@@ -112,3 +112,15 @@ def test_edge_values(device, dtype, fused, ue8m0):
         # saturation edge, +-448, whichever way amax / 448 rounded.
         q = out.cpu()[8:].float().abs().view(4, -1, 128).amax(-1)
         assert torch.all(q == 448), q
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("m,h", [(5, 2048), (600, 2048), (3, 16384)])
+def test_every_kernel_variant(device, m, h):
+    # The CUDA kernel is instantiated per (dtype, weight dtype, residual or not, aligned rows or
+    # not, vectors per thread); the launch table picks vectors per thread from H and M (600 rows
+    # exceed 4 x the SM count of any current GPU, 5 do not; 16384 takes 4 per thread at any M).
+    for dtype in DTYPES:
+        for weight_fp32, fused, pad in itertools.product([False, True], [True, False], [0, 1]):
+            check_case(Case(device, dtype, m, h, fused=fused, weight_fp32=weight_fp32, pad=pad,
+                            ue8m0=pad == 1, normed_none=weight_fp32 and not fused))
