@@ -197,6 +197,15 @@ def make_inputs(c: Case, gen: Optional[torch.Generator] = None, values=None):
     return x, r, w
 
 
+def out_buffers(c: Case):
+    """Poisoned outputs of a .out call for a case: out and normed_out (None if c.normed_none) with
+    rows padded by c.pad, block_scale in c.layout."""
+    out = poison_(rows_view(c.m, c.h, torch.float8_e4m3fn, c.device, c.pad))
+    s = poison_(scale_buffer(c.m, c.h, c.layout, c.device))
+    n = None if c.normed_none else poison_(rows_view(c.m, c.h, c.dtype, c.device, c.pad))
+    return out, s, n
+
+
 def run_case(c: Case, x, r, w):
     """Calls the op for a case. Returns (out, block_scale, normed or None)."""
     if c.functional:
@@ -207,9 +216,7 @@ def run_case(c: Case, x, r, w):
         assert s.stride() == torch_fp8norm.block_scale_layout_strides(c.m) or c.m * c.h == 0
         assert out.is_contiguous() and n.is_contiguous()
         return out, s, n
-    out = poison_(rows_view(c.m, c.h, torch.float8_e4m3fn, c.device, c.pad))
-    s = poison_(scale_buffer(c.m, c.h, c.layout, c.device))
-    n = None if c.normed_none else poison_(rows_view(c.m, c.h, c.dtype, c.device, c.pad))
+    out, s, n = out_buffers(c)
     before = {name: storage_bytes(t) for name, t in (("out", out), ("block_scale", s), ("normed_out", n)) if t is not None}
     if c.fused:
         torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out(

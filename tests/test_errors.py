@@ -2,17 +2,16 @@
 import pytest
 import torch
 
-from fp8norm_testing import DEVICES, Case, check_case, int_view, make_inputs, poison_, scale_buffer
+from fp8norm_testing import DEVICES, Case, check_case, int_view, make_inputs, out_buffers
 
 M, H = 4, 256
 BF = torch.bfloat16
 
 
 def _valid(device):
-    x, r, w = make_inputs(Case(device, BF, M, H))
-    out = poison_(torch.empty(M, H, dtype=torch.float8_e4m3fn, device=device))
-    s = poison_(scale_buffer(M, H, "tma", device))
-    n = poison_(torch.empty(M, H, dtype=BF, device=device))
+    c = Case(device, BF, M, H)
+    x, r, w = make_inputs(c)
+    out, s, n = out_buffers(c)
     return dict(input=x, residual=r, weight=w, out=out, block_scale=s, normed_out=n)
 
 

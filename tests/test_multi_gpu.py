@@ -5,7 +5,7 @@ import threading
 import pytest
 import torch
 
-from fp8norm_testing import Case, check_case, check_contract, int_view, make_inputs, poison_, scale_buffer
+from fp8norm_testing import Case, check_case, check_contract, int_view, make_inputs, out_buffers
 
 pytestmark = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
 
@@ -19,18 +19,12 @@ def test_inputs_on_cuda1_while_cuda0_is_current(fused, functional, h):
     assert torch.cuda.current_device() == 0
 
 
-def _outs(c):
-    return (poison_(torch.empty(c.m, c.h, dtype=torch.float8_e4m3fn, device=c.device)),
-            poison_(scale_buffer(c.m, c.h, "tma", c.device)),
-            poison_(torch.empty(c.m, c.h, dtype=c.dtype, device=c.device)))
-
-
 def test_runs_on_the_current_stream_of_the_tensors_device():
     torch.cuda.set_device(0)
     c = Case("cuda:1", torch.bfloat16, 4096, 4096)
     x, r, w = make_inputs(c)
     x_new, r_new, _ = make_inputs(c)
-    out, s, n = _outs(c)
+    out, s, n = out_buffers(c)
     s1 = torch.cuda.Stream(device="cuda:1")
     big = torch.randn(8192, 8192, device="cuda:1")
     with torch.cuda.stream(s1):  # current stream of cuda:1; cuda:0 stays on its default stream
@@ -47,7 +41,7 @@ def test_runs_on_the_current_stream_of_the_tensors_device():
 def test_tensors_on_different_devices_rejected(arg):
     c = Case("cuda:0", torch.bfloat16, 4, 256)
     x, r, w = make_inputs(c)
-    out, s, n = _outs(c)
+    out, s, n = out_buffers(c)
     args = dict(residual=r, weight=w, out=out, block_scale=s, normed_out=n)
     args[arg] = args[arg].to("cuda:1")
     before = {k: int_view(v).clone().cpu() for k, v in args.items()}
@@ -65,7 +59,7 @@ def test_both_devices_from_two_threads():
     expected = []
     for c, (x, r, w) in zip(cases, inputs):
         rr = r.clone()
-        out, s, n = _outs(c)
+        out, s, n = out_buffers(c)
         torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out(x, rr, w, out=out, block_scale=s, normed_out=n)
         check_contract(x, r, w, 1e-6, False, rr, out, s, n)
         expected.append([int_view(t).clone() for t in (rr, out, s, n)])
@@ -77,7 +71,7 @@ def test_both_devices_from_two_threads():
             torch.cuda.set_device(c.device)
             for _ in range(20):
                 rr = r.clone()
-                out, s, n = _outs(c)
+                out, s, n = out_buffers(c)
                 torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out(x, rr, w, out=out, block_scale=s, normed_out=n)
                 for a, b in zip(expected[i], (rr, out, s, n)):
                     assert torch.equal(a, int_view(b)), f"device {c.device}: result differs"

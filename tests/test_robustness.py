@@ -4,16 +4,9 @@ import threading
 import pytest
 import torch
 
-from fp8norm_testing import DEVICES, Case, check_contract, int_view, make_inputs, poison_, scale_buffer
+from fp8norm_testing import DEVICES, Case, check_contract, int_view, make_inputs, out_buffers, poison_
 
 cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-
-
-def _out_buffers(c):
-    out = poison_(torch.empty(c.m, c.h, dtype=torch.float8_e4m3fn, device=c.device))
-    s = poison_(scale_buffer(c.m, c.h, "tma", c.device))
-    n = poison_(torch.empty(c.m, c.h, dtype=c.dtype, device=c.device))
-    return out, s, n
 
 
 def _call_out(x, r, w, out, s, n, ue8m0=False):
@@ -29,7 +22,7 @@ def test_50_calls_bitwise_identical(device, shape):
     first = None
     for _ in range(50):
         r = r0.clone()
-        out, s, n = _out_buffers(c)
+        out, s, n = out_buffers(c)
         _call_out(x, r, w, out, s, n)
         got = [int_view(t).clone() for t in (r, out, s, n)]
         if first is None:
@@ -46,7 +39,7 @@ def test_cpu_calls_from_several_threads():
     expected = []
     for c, (x, r, w) in zip(cases, inputs):
         rr = r.clone()
-        out, s, n = _out_buffers(c)
+        out, s, n = out_buffers(c)
         _call_out(x, rr, w, out, s, n)
         expected.append([int_view(t).clone() for t in (rr, out, s, n)])
     errors = []
@@ -56,7 +49,7 @@ def test_cpu_calls_from_several_threads():
             c, (x, r, w) = cases[i], inputs[i]
             for _ in range(20):
                 rr = r.clone()
-                out, s, n = _out_buffers(c)
+                out, s, n = out_buffers(c)
                 _call_out(x, rr, w, out, s, n)
                 for a, b in zip(expected[i], (rr, out, s, n)):
                     assert torch.equal(a, int_view(b)), f"thread {i}: result differs"
@@ -76,7 +69,7 @@ def test_cpu_calls_from_several_threads():
 def test_cuda_graph_replay_with_fresh_data(shape):
     c = Case("cuda", torch.bfloat16, *shape)
     x, r, w = make_inputs(c)
-    out, s, n = _out_buffers(c)
+    out, s, n = out_buffers(c)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm-up outside capture
@@ -101,7 +94,7 @@ def test_cuda_runs_on_the_current_stream():
     c = Case("cuda", torch.bfloat16, 4096, 4096)
     x, r, w = make_inputs(c)
     x_new, r_new, _ = make_inputs(c)
-    out, s, n = _out_buffers(c)
+    out, s, n = out_buffers(c)
     side = torch.cuda.Stream()
     big = torch.randn(8192, 8192, device="cuda")
     side.wait_stream(torch.cuda.current_stream())
@@ -119,7 +112,7 @@ def test_cuda_runs_on_the_current_stream():
 def test_cuda_out_call_allocates_nothing():
     c = Case("cuda", torch.bfloat16, 1000, 7168)
     x, r, w = make_inputs(c)
-    out, s, n = _out_buffers(c)
+    out, s, n = out_buffers(c)
     _call_out(x, r, w, out, s, n)  # warm-up (launch configuration, attribute caches)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()

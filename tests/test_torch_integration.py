@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import torch_fp8norm
-from fp8norm_testing import DEVICES, Case, check_contract, fp8_comparing_allclose, make_inputs, poison_, scale_buffer
+from fp8norm_testing import DEVICES, Case, check_contract, fp8_comparing_allclose, make_inputs, out_buffers
 
 
 def _sample(device, dtype, weight_fp32, m=5, h=256, ue8m0=False):
@@ -13,10 +13,7 @@ def _sample(device, dtype, weight_fp32, m=5, h=256, ue8m0=False):
 
 
 def _outs(device, dtype, m, h, layout="tma", normed=True):
-    out = poison_(torch.empty(m, h, dtype=torch.float8_e4m3fn, device=device))
-    s = poison_(scale_buffer(m, h, layout, device))
-    n = poison_(torch.empty(m, h, dtype=dtype, device=device)) if normed else None
-    return out, s, n
+    return out_buffers(Case(device, dtype, m, h, layout=layout, normed_none=not normed))
 
 
 @pytest.mark.parametrize("device", DEVICES)
