@@ -148,6 +148,7 @@ def main(argv=None):
     p.add_argument("--json", default=None, help="write the results to this path")
     p.add_argument("--plot", default=None, help="write a PNG: % of copy bandwidth vs M, one line per H")
     p.add_argument("--from-json", default=None, help="plot/print an earlier --json file instead of measuring")
+    p.add_argument("--shapes", default=None, help="MxH list instead of a grid, e.g. 1x2048,16384x4096")
     p.add_argument("--max-gb", type=float, default=40.0, help="skip shapes needing more device memory")
     args = p.parse_args(argv)
     if args.from_json:
@@ -162,13 +163,16 @@ def main(argv=None):
     args.calls = args.calls or (20 if args.device == "cuda" else 3)
     args.replays = args.replays or (15 if args.device == "cuda" else 5)
     ms, hs = GRIDS[grid]
+    if args.shapes:
+        wanted = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
 
     try:
         from tqdm import tqdm
     except ImportError:  # the progress bar is optional
         def tqdm(it, **_):
             return it
-    shapes = [(m, h) for h in hs for m in ms if byte_count(m, h, dtype) * 1.6 / 1e9 <= args.max_gb]
+    shapes = wanted if args.shapes else [(m, h) for h in hs for m in ms]
+    shapes = [(m, h) for m, h in shapes if byte_count(m, h, dtype) * 1.6 / 1e9 <= args.max_gb]
     records = []
     for m, h in tqdm(shapes, desc="shapes", file=sys.stderr):
         compiled_ref = None

@@ -28,10 +28,16 @@ def poison_(t: torch.Tensor) -> torch.Tensor:
 
 
 def rows_view(m: int, h: int, dtype, device, pad: int = 0, fill=None) -> torch.Tensor:
-    """An [m, h] tensor; with pad > 0, a view into a bigger [m, h + pad] buffer (strided rows)."""
+    """An [m, h] tensor; with pad > 0, a view into a bigger [m, h + pad] buffer (strided rows).
+    The whole buffer is poisoned (or filled by `fill`): gaps between rows hold NaN, so a kernel
+    reading them would show in the results, and no byte of it is uninitialized memory (the
+    byte-for-byte storage checks copy all of it; compute-sanitizer's initcheck flags copies of
+    never-written memory)."""
     base = torch.empty(m, h + pad, dtype=dtype, device=device)
     if fill is not None:
         fill(base)
+    else:
+        poison_(base)
     return base[:, :h] if pad else base
 
 
@@ -40,11 +46,11 @@ def scale_buffer(m: int, h: int, layout: str, device) -> torch.Tensor:
     nb = h // 128
     if layout == "tma":
         mp = (m + 3) // 4 * 4
-        return torch.empty(nb, mp, device=device).t()[:m]
+        return poison_(torch.empty(nb, mp, device=device)).t()[:m]
     if layout == "scaled_mm":
-        return torch.empty(nb, m, device=device).t()
+        return poison_(torch.empty(nb, m, device=device)).t()
     assert layout == "row_major"
-    return torch.empty(m, nb, device=device)
+    return poison_(torch.empty(m, nb, device=device))
 
 
 def random_rows(m: int, h: int, dtype, device, pad: int = 0, scale: float = 1.0, gen=None):

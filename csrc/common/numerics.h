@@ -90,4 +90,22 @@ C10_HOST_DEVICE inline float scaled(float g, float scale) {
 #endif
 }
 
+// g / scale without a division, given rcp = 1 / scale correctly rounded (the CUDA kernel
+// computes it once per quantization block, so each element costs a multiply and two fmas).
+// Finite scale (always normal: its floor is 1e-10 / 448): q0 = g * rcp, rem = g - q0 * scale
+// (exact, one fma), q = q0 + rem * rcp (Markstein's correction step) is the correctly rounded
+// quotient, since rcp is within half an ulp of 1 / scale and q0 within one ulp of g / scale;
+// checked bit for bit against the division on 4e8 random (g, scale) pairs of the kinds the
+// kernels produce, subnormal g included (benchmarks/NOTES.md, v3). Scale inf or NaN (a block
+// holding inf or NaN): rcp is 0 or NaN and g * rcp is what g / scale gives (+-0 or NaN).
+C10_HOST_DEVICE inline float scaled_by_reciprocal(float g, float scale, float rcp) {
+#ifdef __CUDA_ARCH__
+  const float q0 = __fmul_rn(g, rcp);
+  return isfinite(scale) ? copysignf(__fmaf_rn(__fmaf_rn(-q0, scale, g), rcp, q0), g) : q0;
+#else
+  const float q0 = g * rcp;
+  return std::isfinite(scale) ? std::copysign(std::fma(std::fma(-q0, scale, g), rcp, q0), g) : q0;
+#endif
+}
+
 }  // namespace fp8norm

@@ -7,7 +7,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <unordered_map>
 
+#include "../common/numerics.h"
 #include "launch.h"
 
 namespace fp8norm {
@@ -16,42 +21,134 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+int pow2_at_least(int64_t n) {
+  int p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+struct DeviceInfo {
+  int sms = 0;       // multiprocessors
+  int max_smem = 0;  // shared memory per CTA (opt-in maximum), bytes
+  int major = 0;     // compute capability major (9: Hopper; PDL and clusters from 9 on)
+};
+
+// Per-device facts, queried once per device.
+const DeviceInfo& device_info(int device) {
+  static std::mutex mu;
+  static std::unordered_map<int, DeviceInfo> cache;
+  const std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(device);
+  if (it != cache.end()) return it->second;
+  auto attribute = [&](cudaDeviceAttr attr) {
+    int value = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, device));
+    return value;
+  };
+  DeviceInfo d;
+  d.sms = attribute(cudaDevAttrMultiProcessorCount);
+  d.max_smem = attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+  d.major = attribute(cudaDevAttrComputeCapabilityMajor);
+  return cache.emplace(device, d).first->second;
+}
+
+// Switches read once from the environment (README, "Environment variables").
+//   FP8NORM_PDL=0              launch without programmatic dependent launch (default: with,
+//                              on sm_90+)
+//   FP8NORM_TUNE=key=v,...     override the launch table, for benchmarks (benchmarks/NOTES.md):
+//                              slice=<vectors> (0: no decode split), cluster=<1..8>, vpt=<1|4>
+struct Switches {
+  bool pdl = true;
+  int slice_vecs = 256;  // decode split: aim for at most this many vectors per CTA
+  int cluster = 0;       // 0: from the table
+  int vpt = 0;           // 0: from the table
+};
+
+int tune_value(const std::string& spec, const char* key, int fallback) {
+  const std::string k = std::string(key) + "=";
+  size_t at = 0;
+  while ((at = spec.find(k, at)) != std::string::npos) {
+    if (at == 0 || spec[at - 1] == ',') return std::atoi(spec.c_str() + at + k.size());
+    at += k.size();
+  }
+  return fallback;
+}
+
+const Switches& switches() {
+  static const Switches sw = [] {
+    Switches s;
+    if (const char* pdl = std::getenv("FP8NORM_PDL")) s.pdl = std::string(pdl) != "0";
+    if (const char* tune = std::getenv("FP8NORM_TUNE")) {
+      const std::string spec(tune);
+      s.slice_vecs = tune_value(spec, "slice", s.slice_vecs);
+      s.cluster = std::clamp(tune_value(spec, "cluster", s.cluster), 0, kMaxCluster);
+      s.vpt = tune_value(spec, "vpt", s.vpt);
+      if (s.vpt != 1 && s.vpt != 4) s.vpt = 0;
+    }
+    return s;
+  }();
+  return sw;
+}
+
 // Launch table, by the number of 16-byte vectors in a row (nvec = H * sizeof(T) / 16) and the
 // number of rows M (measurements: benchmarks/NOTES.md).
-//   vectors per thread: 4 for rows longer than 1024 vectors. For shorter rows, 4 when there are
-//                       enough rows to fill every SM several times (M >= 4 * SMs: then bytes
-//                       in flight per SM decide, and 64 bytes of input + residual per thread
-//                       beat more, smaller threads), unless that leaves over 15% of the lanes
-//                       idle (H = 128 or 1152 in bf16); else 1 (few rows: latency decides, so
-//                       spread each row over more threads)
-//   threads per row:    round_up(nvec / vpt, 32), at most 1024 (vpt 1) or 512 (vpt 4); rows
-//                       longer than that take several tiles, kept in shared memory if they fit
-//   rows per CTA:       enough to make ~256 threads per CTA, when a row is one tile
-LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, int sms, int max_smem) {
+//   cluster (CTAs per row, sm_90+, at most 8; each takes a slice of whole 1x128 blocks):
+//                       while M * cluster <= SMs (decode sizes: one wave), enough to bring a
+//                       slice down to ~256 vectors, so that one SM no longer does a whole long
+//                       row (M = 1, H = 16384: 6.8 -> 2.5 µs). Not beyond one wave: M = 128,
+//                       H = 16384 with 2 CTAs per row (two waves) took 10.0 µs, one CTA per row
+//                       6.7; M = 16384, H = 32768 with 2 CTAs per row reached 79% of copy, one
+//                       CTA per row over two tiles (v2.1) 88%
+//   vectors per thread: 4 for slices longer than 1024 vectors. For shorter ones, 4 when there
+//                       are enough CTAs to fill every SM several times (M * cluster >= 4 * SMs:
+//                       then bytes in flight per SM decide, and 64 bytes of input + residual
+//                       per thread beat more, smaller threads), unless that leaves over 15% of
+//                       the lanes idle (H = 128 or 1152 in bf16); else 1 (few rows: latency
+//                       decides, so spread each row over more threads). 1 vector per thread
+//                       at M = 16384 (v3): 54-64% of copy, against 90-93% with 4
+//   threads per slice:  round_up(slice / vpt, 32), at most 1024 (vpt 1) or 512 (vpt 4); longer
+//                       slices take several tiles, kept in shared memory if they fit
+//   rows per CTA:       enough to make ~256 threads per CTA, when a row is one tile of one CTA
+LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, const DeviceInfo& dev,
+                           const Switches& sw) {
   const int64_t nvec = hidden * elem_size / 16;
+  const int64_t lanes_per_block = kBlock * elem_size / 16;
+  const int64_t nblocks = hidden / kBlock;
+  LaunchConfig c;
+  int cluster = 1;
+  if (dev.major >= 9) {
+    if (sw.slice_vecs > 0) {
+      cluster = std::min(kMaxCluster, pow2_at_least(ceil_div(nvec, sw.slice_vecs)));
+      while (cluster > 1 && rows * cluster > int64_t{dev.sms}) cluster /= 2;
+    }
+    if (sw.cluster > 0) cluster = sw.cluster;
+    cluster = static_cast<int>(std::min<int64_t>({cluster, kMaxCluster, nblocks}));
+  }
+  const int64_t blocks_per_slice = ceil_div(nblocks, cluster);
+  c.shape.cluster = static_cast<int>(ceil_div(nblocks, blocks_per_slice));  // no empty slice
+  c.shape.slice_vecs = static_cast<int>(blocks_per_slice * lanes_per_block);
+  const int64_t svec = c.shape.slice_vecs;
+  const int64_t ctas_per_wave = rows * c.shape.cluster;
+
   auto threads_for = [&](int vpt) {
-    return std::min<int64_t>(max_threads_per_cta(vpt), ceil_div(ceil_div(nvec, vpt), 32) * 32);
+    return std::min<int64_t>(max_threads_per_cta(vpt), ceil_div(ceil_div(svec, vpt), 32) * 32);
   };
   auto lane_use = [&](int vpt) {
     const int64_t t = threads_for(vpt);
-    return static_cast<double>(nvec) / static_cast<double>(ceil_div(nvec, t * vpt) * t * vpt);
+    return static_cast<double>(svec) / static_cast<double>(ceil_div(svec, t * vpt) * t * vpt);
   };
-  LaunchConfig c;
-  c.vpt = nvec > 1024 || (rows >= 4 * int64_t{sms} && lane_use(4) >= 0.85) ? 4 : 1;
+  c.vpt = svec > 1024 || (ctas_per_wave >= 4 * int64_t{dev.sms} && lane_use(4) >= 0.85) ? 4 : 1;
+  if (sw.vpt != 0) c.vpt = sw.vpt;
   c.threads_x = static_cast<int>(threads_for(c.vpt));
-  c.ntiles = static_cast<int>(ceil_div(nvec, int64_t{c.threads_x} * c.vpt));
-  c.rows_per_cta = c.ntiles == 1 ? std::max(1, 256 / c.threads_x) : 1;
-  const size_t red_bytes = sizeof(double) * 32 * c.rows_per_cta;
-  const size_t stash_bytes = static_cast<size_t>(hidden * elem_size);
-  c.smem_stash = c.ntiles > 1 && red_bytes + stash_bytes <= static_cast<size_t>(max_smem);
-  c.smem_bytes = red_bytes + (c.smem_stash ? stash_bytes : 0);
+  c.shape.ntiles = static_cast<int>(ceil_div(svec, int64_t{c.threads_x} * c.vpt));
+  c.rows_per_cta = c.shape.ntiles == 1 && c.shape.cluster == 1 ? std::max(1, 256 / c.threads_x) : 1;
+  const size_t red_bytes = sizeof(double) * (32 * c.rows_per_cta + kMaxCluster);
+  const size_t stash_bytes = static_cast<size_t>(svec * 16);
+  c.shape.smem_stash =
+      c.shape.ntiles > 1 && red_bytes + stash_bytes <= static_cast<size_t>(dev.max_smem);
+  c.smem_bytes = red_bytes + (c.shape.smem_stash ? stash_bytes : 0);
+  c.pdl = dev.major >= 9 && sw.pdl;
   return c;
-}
-
-int device_attribute(cudaDeviceAttr attr, int device) {
-  int value = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, device));
-  return value;
 }
 
 bool aligned_rows(const void* p, int64_t stride_elems, int64_t elem_size, int64_t align) {
@@ -68,10 +165,8 @@ void run(const RowArgs& a, const at::Tensor& input) {
                        (a.residual == nullptr || aligned_rows(a.residual, a.residual_stride, es, 16)) &&
                        (a.normed == nullptr || aligned_rows(a.normed, a.normed_stride, es, 16)) &&
                        aligned_rows(a.weight, 0, 1, 16) && aligned_rows(a.out, a.out_stride, 1, vec);
-  const int device = input.device().index();
   const LaunchConfig cfg =
-      launch_config(a.rows, a.hidden, es, device_attribute(cudaDevAttrMultiProcessorCount, device),
-                    device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+      launch_config(a.rows, a.hidden, es, device_info(input.device().index()), switches());
   switch (input.scalar_type()) {
     case at::kBFloat16: launch<__nv_bfloat16>(a, cfg, aligned, stream); break;
     case at::kHalf: launch<__half>(a, cfg, aligned, stream); break;

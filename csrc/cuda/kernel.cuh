@@ -1,16 +1,23 @@
 // The CUDA kernel of the fp8norm ops, included by one .cu file per activation dtype.
 //
 // Design (one memory pass):
-//  - One row per group of threads (threads_x wide, rows_per_cta groups per CTA). Each thread
-//    owns 16-byte vectors of the row: VEC = 16 / sizeof(T) elements, so a 1x128 quantization
-//    block is LPB = 128 / VEC consecutive lanes of one warp.
-//  - A row is processed in tiles of threads_x * VPT vectors. Pass 1 reads input and residual
-//    once, writes the new residual, and keeps the rounded sums on chip: in registers when the row
-//    is one tile, otherwise in shared memory (the "stash"), or, for rows larger than shared
-//    memory, re-read from the just-written residual (a same-thread read-after-write, in L2).
+//  - One row per group of threads (threads_x wide, rows_per_cta groups per CTA), or, for few
+//    rows or very long rows, one row per thread-block cluster: each CTA of the cluster takes a
+//    slice of whole 1x128 blocks, and the partial sums of squares are exchanged through
+//    distributed shared memory (sm_90+). Each thread owns 16-byte vectors of its slice:
+//    VEC = 16 / sizeof(T) elements, so a 1x128 quantization block is LPB = 128 / VEC
+//    consecutive lanes of one warp.
+//  - A slice is processed in tiles of threads_x * VPT vectors. Pass 1 reads input and residual
+//    once (and the weight of the last tile, so that its latency overlaps the reduction), writes
+//    the new residual, and keeps the rounded sums on chip: in registers when the slice is one
+//    tile, otherwise in shared memory (the "stash"), or, for slices larger than shared memory,
+//    re-read from the just-written residual (a same-thread read-after-write, in L2).
 //  - The sum of squares is reduced by warp shuffles and one shared-memory exchange (in double,
-//    in a fixed order: deterministic). Pass 2 normalizes, reduces each block's amax with
+//    in a fixed order: deterministic; with a cluster, every CTA adds the slices' partial sums
+//    in rank order, so all get the same rstd). Pass 2 normalizes, reduces each block's amax with
 //    shuffles over its LPB lanes, and writes normed (optional), fp8 and the block scale.
+//  - Programmatic dependent launch (sm_90+): the kernel waits for the preceding grid before its
+//    first global read (griddepcontrol.wait), so the launch itself may overlap that grid's tail.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -69,8 +76,9 @@ __device__ __forceinline__ uint4 load16(const uint4* p) {
   return *p;
 }
 
-template <Hint H>
-__device__ __forceinline__ void store16(uint4* p, uint4 v) {
+// One store of a 16-, 8- or 4-byte value with the cache hint.
+template <Hint H, typename V>
+__device__ __forceinline__ void store_hinted(V* p, V v) {
   if constexpr (kCacheHints && H == Hint::kStream) {
     __stcs(p, v);
   } else {
@@ -96,7 +104,7 @@ __device__ __forceinline__ void store(T* dst, const Pack<T, N>& src) {
   if constexpr (ALIGNED && (sizeof(T) * N) % 16 == 0) {
 #pragma unroll
     for (int c = 0; c < int(sizeof(T) * N / 16); ++c) {
-      store16<H>(reinterpret_cast<uint4*>(dst) + c, reinterpret_cast<const uint4*>(&src)[c]);
+      store_hinted<H>(reinterpret_cast<uint4*>(dst) + c, reinterpret_cast<const uint4*>(&src)[c]);
     }
   } else {
 #pragma unroll
@@ -104,17 +112,13 @@ __device__ __forceinline__ void store(T* dst, const Pack<T, N>& src) {
   }
 }
 
-// N fp8 bytes (N = 4 or 8) stored as one 4- or 8-byte access when ALIGNED.
+// N fp8 bytes (N = 4 or 8), written once: one 4- or 8-byte streaming store when ALIGNED.
 template <bool ALIGNED, int N>
 __device__ __forceinline__ void store_fp8(uint8_t* dst, const uint32_t (&words)[N / 4]) {
-  if constexpr (ALIGNED && N == 8 && kCacheHints) {
-    __stcs(reinterpret_cast<uint2*>(dst), make_uint2(words[0], words[1]));
-  } else if constexpr (ALIGNED && N == 8) {
-    *reinterpret_cast<uint2*>(dst) = make_uint2(words[0], words[1]);
-  } else if constexpr (ALIGNED && N == 4 && kCacheHints) {
-    __stcs(reinterpret_cast<unsigned int*>(dst), words[0]);
+  if constexpr (ALIGNED && N == 8) {
+    store_hinted<Hint::kStream>(reinterpret_cast<uint2*>(dst), make_uint2(words[0], words[1]));
   } else if constexpr (ALIGNED && N == 4) {
-    *reinterpret_cast<uint32_t*>(dst) = words[0];
+    store_hinted<Hint::kStream>(reinterpret_cast<unsigned int*>(dst), words[0]);
   } else {
 #pragma unroll
     for (int e = 0; e < N; ++e) dst[e] = static_cast<uint8_t>(words[e / 4] >> (8 * (e % 4)));
@@ -128,26 +132,111 @@ __device__ __forceinline__ uint32_t to_fp8x2(float a, float b) {
       __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3));
 }
 
+// ---- sm_90+: programmatic dependent launch and thread-block clusters. Compiled to nothing
+// (PDL) or a trap (clusters; the launcher never asks for them below sm_90) for older targets.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define FP8NORM_SM90 1
+#else
+#define FP8NORM_SM90 0
+#endif
+
+// Waits until the grid this launch depends on has completed and its writes are visible (a
+// no-op when the launch was not programmatic), then lets the next grid in the stream launch.
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if FP8NORM_SM90
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r = 0;
+#if FP8NORM_SM90
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+#endif
+  return r;
+}
+
+// Cluster barrier, split: every thread arrives, later waits. The first phase (relaxed arrive
+// at kernel start) proves every CTA of the cluster is running before any distributed shared
+// memory access; the second (release / acquire) publishes the partial sums.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if FP8NORM_SM90
+  asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_arrive_release() {
+#if FP8NORM_SM90
+  asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if FP8NORM_SM90
+  asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+#endif
+}
+
+// Stores v at `local` (a shared-memory address of this CTA) in the shared memory of the CTA
+// of cluster rank `rank`.
+__device__ __forceinline__ void store_to_cluster_rank(double* local, unsigned rank, double v) {
+#if FP8NORM_SM90
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
+  unsigned remote = 0;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+  asm volatile("st.shared::cluster.f64 [%0], %1;" ::"r"(remote), "d"(v) : "memory");
+#else
+  __trap();
+#endif
+}
+
 constexpr int kMaxWarpsPerRow = 32;
 
+// Load the weight of a slice's last tile in pass 1, with the row, so that its latency overlaps
+// the reduction (a decode-size call is one chain of latencies). With 1 vector per thread only by
+// default: with 4 it costs 16-32 registers (64 -> 84 for bf16, 3 CTAs of 256 threads per SM
+// instead of 4) where many rows in flight already hide the weight's latency. Build with
+// -DFP8NORM_PREFETCH_WEIGHT=0 / =2 for none / all (benchmarks/NOTES.md).
+#ifndef FP8NORM_PREFETCH_WEIGHT
+#define FP8NORM_PREFETCH_WEIGHT 1
+#endif
+template <int VPT>
+constexpr bool prefetch_weight() {
+  return FP8NORM_PREFETCH_WEIGHT == 2 || (FP8NORM_PREFETCH_WEIGHT == 1 && VPT == 1);
+}
+
+#ifndef FP8NORM_VPT4_MIN_CTAS
+#define FP8NORM_VPT4_MIN_CTAS 2
+#endif
+// Registers: with 4 vectors per thread the aligned kernels are held to 64 registers (build with
+// -DFP8NORM_VPT4_MIN_CTAS=1 to lift that), so that
+// two CTAs of 512 threads fit on an SM (at 75 registers only one did: H >= 16384 at large M
+// fell from 89% to 75% of copy, benchmarks/NOTES.md v3); the bf16 / fp16 paths do not spill,
+// fp32 spills 4 bytes and a float32 weight 60-68 bytes. Unaligned rows keep every register.
 template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT>
-__global__ void __launch_bounds__(max_threads_per_cta(VPT))
-    fused_add_rmsnorm_fp8_block_quant_kernel(const RowArgs a, const int ntiles,
-                                             const bool smem_stash) {
+__global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED ? FP8NORM_VPT4_MIN_CTAS : 1)
+    fused_add_rmsnorm_fp8_block_quant_kernel(const RowArgs a, const TileShape s) {
   constexpr int VEC = 16 / sizeof(T);
   constexpr int LPB = kBlock / VEC;  // lanes per quantization block
   static_assert(LPB <= 32 && 32 % LPB == 0, "a 1x128 block must sit inside one warp");
   using C = Cvt<T>;
 
+  // Shared memory: red[rows_per_cta][kMaxWarpsPerRow], cluster_red[kMaxCluster], stash.
   extern __shared__ __align__(16) unsigned char smem[];
-  double* red = reinterpret_cast<double*>(smem);  // [rows_per_cta][kMaxWarpsPerRow]
-  T* stash = reinterpret_cast<T*>(smem + sizeof(double) * kMaxWarpsPerRow * blockDim.y);
+  double* red = reinterpret_cast<double*>(smem);
+  double* cluster_red = red + kMaxWarpsPerRow * blockDim.y;
+  T* stash = reinterpret_cast<T*>(cluster_red + kMaxCluster);
 
+  const bool clustered = s.cluster > 1;  // then blockDim.y == 1 and gridDim.x == rows * cluster
+  if (clustered) cluster_arrive_relaxed();
+  const unsigned rank = clustered ? cluster_rank() : 0;
   const int tx = threadIdx.x;
   const int lane = tx % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  const int64_t row = static_cast<int64_t>(blockIdx.x / s.cluster) * blockDim.y + threadIdx.y;
   const bool active = row < a.rows;
-  const int nvec = static_cast<int>(a.hidden / VEC);  // the launcher checks H < 2^31
+  // This CTA's slice of the row: vectors [v_begin, v_end). The launcher checks H < 2^31.
+  const int nvec = static_cast<int>(a.hidden / VEC);
+  const int v_begin = static_cast<int>(rank) * s.slice_vecs;
+  const int v_end = min(nvec, v_begin + s.slice_vecs);
   const int tile_vecs = blockDim.x * VPT;
   const int64_t safe_row = active ? row : 0;  // pointers are formed, never dereferenced, if inactive
 
@@ -157,27 +246,29 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT))
   T* normed = a.normed ? static_cast<T*>(a.normed) + safe_row * a.normed_stride : nullptr;
   uint8_t* out = static_cast<uint8_t*>(a.out) + safe_row * a.out_stride;
   float* scale_row = a.block_scale + safe_row * a.scale_stride_row;
-  // Where pass 2 finds the sums of tiles other than the last one.
-  const T* sums = smem_stash ? stash : (HAS_RES ? res : in);
 
   Pack<T, VEC> sv[VPT];  // the rounded sums s of the current tile (exact in T)
+  Pack<W, VEC> wv[VPT];  // the weights of the current tile (the last tile's may come from pass 1)
   double acc = 0.0;
 
+  wait_for_previous_grid();
+
   // Pass 1.
-  for (int t = 0; t < ntiles; ++t) {
+  for (int t = 0; t < s.ntiles; ++t) {
     Pack<T, VEC> vres[VPT];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const int v = t * tile_vecs + k * blockDim.x + tx;
-      if (active && v < nvec) {
+      const int v = v_begin + t * tile_vecs + k * blockDim.x + tx;
+      if (active && v < v_end) {
         load<ALIGNED, Hint::kStream>(sv[k], in + v * VEC);
         if constexpr (HAS_RES) load<ALIGNED, Hint::kStream>(vres[k], res + v * VEC);
+        if (prefetch_weight<VPT>() && t == s.ntiles - 1) load<ALIGNED, Hint::kKeep>(wv[k], w + v * VEC);
       }
     }
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const int v = t * tile_vecs + k * blockDim.x + tx;
-      const bool valid = active && v < nvec;
+      const int v = v_begin + t * tile_vecs + k * blockDim.x + tx;
+      const bool valid = active && v < v_end;
       if (!valid) continue;
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
@@ -188,47 +279,56 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT))
         acc += static_cast<double>(__fmul_rn(f, f));
       }
       if constexpr (HAS_RES) store<ALIGNED, Hint::kStream>(res + v * VEC, sv[k]);
-      if (smem_stash && ntiles > 1) store<true>(stash + v * VEC, sv[k]);
+      if (s.smem_stash && s.ntiles > 1) store<true>(stash + (v - v_begin) * VEC, sv[k]);
     }
   }
 
-  // Row sum of squares: warp shuffles, then one exchange through shared memory.
+  // Row sum of squares: warp shuffles, then one exchange through shared memory, then (with a
+  // cluster) one exchange of the slices' sums through distributed shared memory.
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
   if (lane == 0) red[threadIdx.y * kMaxWarpsPerRow + tx / 32] = acc;
   __syncthreads();
   double sum_sq = 0.0;
+#pragma unroll 8
   for (int i = 0; i < int(blockDim.x / 32); ++i) sum_sq += red[threadIdx.y * kMaxWarpsPerRow + i];
+  if (clustered) {
+    cluster_wait();  // every CTA of the cluster has started
+    if (tx < s.cluster) store_to_cluster_rank(cluster_red + rank, static_cast<unsigned>(tx), sum_sq);
+    cluster_arrive_release();
+    cluster_wait();
+    sum_sq = 0.0;
+    for (int i = 0; i < s.cluster; ++i) sum_sq += cluster_red[i];
+  }
   const float rstd = rstd_from_sum_of_squares(sum_sq, a.hidden, a.eps);
 
-  // Pass 2: the last tile is still in registers; earlier tiles come back from the stash.
-  for (int t = ntiles - 1; t >= 0; --t) {
-    if (t != ntiles - 1) {
+  // Pass 2: the last tile is still in registers; earlier tiles come back from the stash (or,
+  // without one, from the residual / input just read: a same-thread read-after-write).
+  for (int t = s.ntiles - 1; t >= 0; --t) {
 #pragma unroll
-      for (int k = 0; k < VPT; ++k) {
-        const int v = t * tile_vecs + k * blockDim.x + tx;
-        if (active && v < nvec) {
-          if (smem_stash) {
-            load<true>(sv[k], sums + v * VEC);
-          } else {
-            load<ALIGNED>(sv[k], sums + v * VEC);
-          }
+    for (int k = 0; k < VPT; ++k) {
+      const int v = v_begin + t * tile_vecs + k * blockDim.x + tx;
+      if (!(active && v < v_end)) continue;
+      if (t != s.ntiles - 1) {
+        if (s.smem_stash) {
+          load<true>(sv[k], stash + (v - v_begin) * VEC);
+        } else {
+          load<ALIGNED>(sv[k], (HAS_RES ? res : in) + v * VEC);
         }
       }
+      if (!prefetch_weight<VPT>() || t != s.ntiles - 1) load<ALIGNED, Hint::kKeep>(wv[k], w + v * VEC);
     }
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const int v = t * tile_vecs + k * blockDim.x + tx;
-      const bool valid = active && v < nvec;
-      Pack<W, VEC> wv;
-      if (valid) load<ALIGNED, Hint::kKeep>(wv, w + v * VEC);
+      const int v = v_begin + t * tile_vecs + k * blockDim.x + tx;
+      const bool valid = active && v < v_end;
       Pack<T, VEC> nv;
       float g[VEC];
       uint32_t amax = 0;
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const float xf = valid ? C::to_float(sv[k].v[e]) : 0.f;
-        const float wf = valid ? Cvt<W>::to_float(wv.v[e]) : 0.f;
+        const float wf = valid ? Cvt<W>::to_float(wv[k].v[e]) : 0.f;
         nv.v[e] = C::from_float(normalize(xf, rstd, wf));
         g[e] = C::to_float(nv.v[e]);
         amax = max(amax, abs_bits(g[e]));
@@ -239,12 +339,14 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT))
         amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
       }
       const float scale = block_scale_from_amax_bits(amax, a.ue8m0);
+      const float rcp = __frcp_rn(scale);
+      float q[VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) q[e] = scaled_by_reciprocal(g[e], scale, rcp);
       uint32_t words[VEC / 4];
 #pragma unroll
       for (int e = 0; e < VEC; e += 4) {
-        const uint32_t lo = to_fp8x2(scaled(g[e], scale), scaled(g[e + 1], scale));
-        const uint32_t hi = to_fp8x2(scaled(g[e + 2], scale), scaled(g[e + 3], scale));
-        words[e / 4] = lo | (hi << 16);
+        words[e / 4] = to_fp8x2(q[e], q[e + 1]) | (to_fp8x2(q[e + 2], q[e + 3]) << 16);
       }
       if (valid) {
         store_fp8<ALIGNED, VEC>(out + v * VEC, words);
@@ -273,11 +375,30 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
                                         static_cast<int>(cfg.smem_bytes)));
   }
   TORCH_CHECK(a.hidden < (int64_t{1} << 31), "fp8norm: H must be below 2^31, got ", to_str(a.hidden));
-  const int64_t ctas = (a.rows + cfg.rows_per_cta - 1) / cfg.rows_per_cta;
+  const int64_t ctas = (a.rows + cfg.rows_per_cta - 1) / cfg.rows_per_cta * cfg.shape.cluster;
   TORCH_CHECK(ctas <= int64_t{0x7FFFFFFF}, "fp8norm: too many rows for one launch: ", to_str(a.rows));
-  const dim3 block(cfg.threads_x, cfg.rows_per_cta);
-  kernel<<<static_cast<unsigned>(ctas), block, cfg.smem_bytes, stream>>>(a, cfg.ntiles,
-                                                                        cfg.smem_stash);
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = dim3(static_cast<unsigned>(ctas));
+  lc.blockDim = dim3(cfg.threads_x, cfg.rows_per_cta);
+  lc.dynamicSmemBytes = cfg.smem_bytes;
+  lc.stream = stream;
+  cudaLaunchAttribute attrs[2] = {};
+  unsigned n = 0;
+  if (cfg.shape.cluster > 1) {
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n].val.clusterDim.x = static_cast<unsigned>(cfg.shape.cluster);
+    attrs[n].val.clusterDim.y = 1;
+    attrs[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  if (cfg.pdl) {
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  lc.attrs = attrs;
+  lc.numAttrs = n;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, a, cfg.shape));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

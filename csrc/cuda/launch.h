@@ -15,13 +15,25 @@ namespace cuda {
 // with at most 512 threads per CTA (128 registers per thread).
 constexpr int max_threads_per_cta(int vpt) { return vpt == 1 ? 1024 : 512; }
 
+// The most CTAs one row is split over (a thread-block cluster; 8 is the portable maximum).
+constexpr int kMaxCluster = 8;
+
+// What the kernel needs to know about the launch, besides blockDim.
+struct TileShape {
+  int cluster = 1;          // CTAs per row: a row is split into `cluster` slices of whole 1x128
+                            // blocks, one per CTA of a thread-block cluster (1: no cluster)
+  int slice_vecs = 0;       // 16-byte vectors per slice (the whole row when cluster == 1)
+  int ntiles = 1;           // tiles per slice (a tile is blockDim.x * vpt vectors)
+  bool smem_stash = false;  // keep the tiles of a multi-tile slice in shared memory
+};
+
 struct LaunchConfig {
-  int threads_x = 32;     // threads per row, a multiple of 32, at most max_threads_per_cta(vpt)
-  int rows_per_cta = 1;   // rows per CTA (threads_x * rows_per_cta <= max_threads_per_cta(vpt))
+  TileShape shape;
+  int threads_x = 32;     // threads per row slice, a multiple of 32, <= max_threads_per_cta(vpt)
+  int rows_per_cta = 1;   // rows per CTA (1 when cluster > 1 or ntiles > 1)
   int vpt = 1;            // 16-byte vectors per thread per tile: 1 or 4
-  int ntiles = 1;         // tiles per row
-  bool smem_stash = false;  // keep the tiles of a multi-tile row in shared memory
-  size_t smem_bytes = 0;    // dynamic shared memory per CTA
+  size_t smem_bytes = 0;  // dynamic shared memory per CTA
+  bool pdl = false;       // programmatic dependent launch (sm_90+)
 };
 
 // T is __nv_bfloat16, __half or float. aligned: every row start of input, residual, weight and

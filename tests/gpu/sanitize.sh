@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs tests/gpu/sanitize_cases.py under compute-sanitizer with memcheck, racecheck, initcheck
 # and synccheck (TOOLS="..." to choose). One log, $OUT/sanitize.log (or ./sanitize-out/), with a
-# section per tool. Exit status 0 only if every tool reported zero errors and every case met the
-# contract.
+# section per tool and launch setting. Exit status 0 only if every tool reported zero errors
+# and every case met the contract.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-sanitize-out}
@@ -10,13 +10,20 @@ mkdir -p "$out"
 log="$out/sanitize.log"
 : > "$log"
 status=0
+# Each tool runs the cases with the default launch table; memcheck and racecheck also with a
+# forced one (clusters of 3 CTAs with uneven slices, several tiles per slice, no programmatic
+# dependent launch).
 for tool in ${TOOLS:-memcheck racecheck initcheck synccheck}; do
-  echo "===== compute-sanitizer --tool $tool" >> "$log"
-  compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tests/gpu/sanitize_cases.py > "$out/.tool.log" 2>&1
-  rc=$?
-  cat "$out/.tool.log" >> "$log" && rm -f "$out/.tool.log"
-  echo "== $tool: exit $rc"
-  sed -n "/===== compute-sanitizer --tool $tool/,\$p" "$log" | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|sanitize_cases:|Error" | tail -3
-  [ "$rc" -eq 0 ] || status=1
+  settings=("")
+  case $tool in memcheck|racecheck) settings+=("FP8NORM_TUNE=cluster=3,vpt=1 FP8NORM_PDL=0") ;; esac
+  for setting in "${settings[@]}"; do
+    echo "===== compute-sanitizer --tool $tool ${setting:-(default launch table)}" >> "$log"
+    env $setting compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tests/gpu/sanitize_cases.py > "$out/.tool.log" 2>&1
+    rc=$?
+    cat "$out/.tool.log" >> "$log" && rm -f "$out/.tool.log"
+    echo "== $tool ${setting:-(default launch table)}: exit $rc"
+    sed -n "/===== compute-sanitizer --tool $tool ${setting:-(default launch table)}/,\$p" "$log" | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|sanitize_cases:|Error" | tail -3
+    [ "$rc" -eq 0 ] || status=1
+  done
 done
 exit $status

@@ -1,0 +1,47 @@
+"""The CUDA kernel under every launch shape the table can pick, forced through the environment
+switches (FP8NORM_PDL, FP8NORM_TUNE; read once per process, so each setting runs in a fresh
+interpreter): clusters of 2..8 CTAs per row with even and uneven slices, several tiles per
+slice with and without the shared-memory stash, 1 and 4 vectors per thread, and launches
+without programmatic dependent launch. Each case is checked against the full contract."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+SWITCHES = [
+    {"FP8NORM_PDL": "0"},
+    {"FP8NORM_TUNE": "slice=0"},                 # no decode split: one CTA per row
+    {"FP8NORM_TUNE": "slice=32"},                # decode split as far as it goes
+    {"FP8NORM_TUNE": "cluster=2,vpt=1"},         # long rows: many tiles per slice
+    {"FP8NORM_TUNE": "cluster=3"},               # uneven slices (H / 128 not a multiple of 3)
+    {"FP8NORM_TUNE": "cluster=7,vpt=4"},
+    {"FP8NORM_TUNE": "cluster=8,vpt=1", "FP8NORM_PDL": "0"},
+    {"FP8NORM_TUNE": "vpt=4"},
+]
+
+# Shapes x options: odd block counts (1152: 9 blocks), long rows (fp32 65536: a slice over
+# shared memory re-read from global), M around the table's thresholds.
+CASES = """
+import torch
+from fp8norm_testing import Case, check_case
+for dtype in (torch.bfloat16, torch.float32, torch.float16):
+    for i, (m, h) in enumerate([(1, 128), (1, 1152), (3, 5120), (2, 16384), (1, 65536),
+                                (130, 4096), (600, 1152), (5, 32768)]):
+        check_case(Case("cuda", dtype, m, h, fused=i % 3 != 2, pad=(0, 1, 128)[i % 3],
+                        ue8m0=i % 2 == 0, weight_fp32=i % 4 == 1, normed_none=i % 5 == 3,
+                        layout=("tma", "scaled_mm", "row_major")[i % 3]))
+torch.cuda.synchronize()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("switches", SWITCHES, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+def test_contract_under_launch_switch(switches):
+    here = os.path.dirname(__file__)
+    env = {**os.environ, **switches, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", CASES], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
