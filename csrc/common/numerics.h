@@ -93,11 +93,14 @@ C10_HOST_DEVICE inline float scaled(float g, float scale) {
 // g / scale without a division, given rcp = 1 / scale correctly rounded (the CUDA kernel
 // computes it once per quantization block, so each element costs a multiply and two fmas).
 // Finite scale (always normal: its floor is 1e-10 / 448): q0 = g * rcp, rem = g - q0 * scale
-// (exact, one fma), q = q0 + rem * rcp (Markstein's correction step) is the correctly rounded
-// quotient, since rcp is within half an ulp of 1 / scale and q0 within one ulp of g / scale;
-// checked bit for bit against the division on 4e8 random (g, scale) pairs of the kinds the
-// kernels produce, subnormal g included (benchmarks/NOTES.md, v3). Scale inf or NaN (a block
-// holding inf or NaN): rcp is 0 or NaN and g * rcp is what g / scale gives (+-0 or NaN).
+// (one fma), q = q0 + rem * rcp (Markstein's correction step), with the sign of g (for g = -0
+// the sum is +0). Where |g / scale| >= 2^-10 this is the correctly rounded quotient, bit for bit
+// (rcp within half an ulp of 1 / scale, q0 within one ulp of the quotient). Below that (g tiny
+// or subnormal, where rem underflows) it may differ from g / scale in the last bits, but both
+// are below float8_e4m3fn's half-ulp and round to the same signed zero: the fp8 byte is the
+// contract's. Checked on the CPU exhaustively over g for three scales and on 4e8 random pairs
+// (benchmarks/NOTES.md, v3). Scale inf or NaN (a block holding inf or NaN): rcp is 0 or NaN and
+// g * rcp is what g / scale gives (+-0 or NaN).
 C10_HOST_DEVICE inline float scaled_by_reciprocal(float g, float scale, float rcp) {
 #ifdef __CUDA_ARCH__
   const float q0 = __fmul_rn(g, rcp);

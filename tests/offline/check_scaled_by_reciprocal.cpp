@@ -1,0 +1,59 @@
+// Offline check (minutes; not part of CI) of fp8norm::scaled_by_reciprocal against the division
+// fp8norm::scaled, with the host build of numerics.h (std::fma: the same IEEE operations as the
+// CUDA kernel's __fmul_rn / __fmaf_rn):
+//   exhaustive over every float32 g with |g| <= 448 x scale, for scales that are not powers of two,
+//   and 4e8 random (g, scale) pairs with scale = amax / 448 (or its UE8M0 rounding).
+// Claim checked (numerics.h): bit-identical wherever |g / scale| >= 2^-10; below that both are
+// under float8_e4m3fn's rounding-to-zero threshold with the same sign (same fp8 byte).
+//   g++ -O2 -ffp-contract=off -I$(python -c 'import torch,os;print(os.path.dirname(torch.__file__))')/include \
+//       tests/offline/check_scaled_by_reciprocal.cpp -o /tmp/check && /tmp/check
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+
+#include "../../csrc/common/numerics.h"
+
+using fp8norm::bits_float;
+using fp8norm::float_bits;
+
+static bool same_fp8(float q, float ref) {
+  if (float_bits(q) == float_bits(ref)) return true;
+  return std::fabs(q) < 0x1p-10f && std::fabs(ref) < 0x1p-10f && std::signbit(q) == std::signbit(ref);
+}
+
+int main() {
+  uint64_t n = 0, differ = 0, wrong = 0;
+  auto check = [&](float g, float scale) {
+    const float q = fp8norm::scaled_by_reciprocal(g, scale, 1.0f / scale);
+    const float ref = fp8norm::scaled(g, scale);
+    ++n;
+    if (float_bits(q) != float_bits(ref)) ++differ;
+    if (!same_fp8(q, ref)) {
+      if (++wrong <= 10) std::printf("WRONG g=%a scale=%a q=%a ref=%a\n", g, scale, q, ref);
+    }
+  };
+  for (float scale : {0.0067f, 3.0f / 448.0f, 5.5f / 448.0f}) {
+    const uint32_t lim = float_bits(448.0f * scale * 1.0001f);
+    for (uint64_t m = 0; m <= lim; ++m) {
+      check(bits_float(static_cast<uint32_t>(m)), scale);
+      check(bits_float(static_cast<uint32_t>(m) | 0x80000000u), scale);
+    }
+    std::printf("scale %a: exhaustive done\n", scale);
+  }
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 400000000; ++i) {
+    const uint64_t x = rng(), y = rng();
+    const float amax = std::fmax(bits_float(static_cast<uint32_t>(x & 0x7F7FFFFF)), 1e-10f);
+    const float scale = fp8norm::block_scale_from_amax_bits(float_bits(amax), (x >> 63) != 0);
+    if (!std::isfinite(scale)) continue;
+    int e = static_cast<int>((float_bits(amax) >> 23) & 0xFF) - static_cast<int>(y % 40);
+    const uint32_t gb = (static_cast<uint32_t>(e < 0 ? 0 : e) << 23) | ((y >> 8) & 0x7FFFFF) |
+                        (static_cast<uint32_t>((y >> 40) & 1) << 31);
+    check(std::fmin(std::fmax(bits_float(gb), -amax), amax), scale);
+  }
+  std::printf("%llu pairs: %llu float quotients differ, %llu could change an fp8 byte\n",
+              static_cast<unsigned long long>(n), static_cast<unsigned long long>(differ),
+              static_cast<unsigned long long>(wrong));
+  return wrong == 0 ? 0 : 1;
+}
