@@ -2,7 +2,7 @@
 //
 // Design (one memory pass):
 //  - One row per group of threads (threads_x wide, rows_per_cta groups per CTA), or, for few
-//    rows or very long rows, one row per thread-block cluster: each CTA of the cluster takes a
+//    rows (decode sizes), one row per thread-block cluster: each CTA of the cluster takes a
 //    slice of whole 1x128 blocks, and the partial sums of squares are exchanged through
 //    distributed shared memory (sm_90+). Each thread owns 16-byte vectors of its slice:
 //    VEC = 16 / sizeof(T) elements, so a 1x128 quantization block is LPB = 128 / VEC
@@ -207,11 +207,11 @@ constexpr bool prefetch_weight() {
 #ifndef FP8NORM_VPT4_MIN_CTAS
 #define FP8NORM_VPT4_MIN_CTAS 2
 #endif
-// Registers: with 4 vectors per thread the aligned kernels are held to 64 registers (build with
-// -DFP8NORM_VPT4_MIN_CTAS=1 to lift that), so that
-// two CTAs of 512 threads fit on an SM (at 75 registers only one did: H >= 16384 at large M
-// fell from 89% to 75% of copy, benchmarks/NOTES.md v3); the bf16 / fp16 paths do not spill,
-// fp32 spills 4 bytes and a float32 weight 60-68 bytes. Unaligned rows keep every register.
+// Registers: with 4 vectors per thread the aligned kernels are held to 64 registers, so that
+// two CTAs of 512 threads fit on an SM (at 75 registers only one did: H = 16384 at large M fell
+// from 89% to 75% of copy, benchmarks/NOTES.md v3; -DFP8NORM_VPT4_MIN_CTAS=1 lifts the cap).
+// bf16 / fp16 do not spill, fp32 spills 4 bytes, a float32 weight 60-68 bytes. Unaligned rows
+// keep every register.
 template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT>
 __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED ? FP8NORM_VPT4_MIN_CTAS : 1)
     fused_add_rmsnorm_fp8_block_quant_kernel(const RowArgs a, const TileShape s) {
