@@ -10,6 +10,7 @@
 #                            'name:@dir' the tree in dir (e.g. `git archive <commit>` unpacked
 #                            under .gpu/, which the device tool carries), with this benchmark
 #   TESTS=0                  skip the test suite
+#   MAIN=0                   skip the main benchmark (bench.json: this tree with torch.compile)
 #   BENCH_ARGS='...'         extra arguments for every benchmark run
 set -uo pipefail
 out=${OUT:-gpu-out}
@@ -34,7 +35,9 @@ python3 -m pip install -q --no-build-isolation --no-deps -e . > /tmp/bench/build
 if [ "${TESTS:-1}" != 0 ]; then
   python3 -m pytest -q -p no:logging -rs tests 2>&1 | tee "$out/pytest.txt" | tail -3
 fi
-python3 $bench --grid "${GRID:-small}" --skip-eager --json "$out/bench.json" ${BENCH_ARGS:-} 2> /tmp/bench/main.err > "$out/bench.txt"
+if [ "${MAIN:-1}" != 0 ]; then
+  python3 $bench --grid "${GRID:-small}" --skip-eager --json "$out/bench.json" ${BENCH_ARGS:-} 2> /tmp/bench/main.err > "$out/bench.txt"
+fi
 python3 $bench --grid "${GRID:-small}" "${vshapes[@]}" --skip-eager --skip-compile --json /tmp/bench/v_main.json ${BENCH_ARGS:-} > /dev/null 2>&1
 IFS=';' read -ra env_variants <<< "${ENV_VARIANTS:-}"
 for v in "${env_variants[@]}"; do

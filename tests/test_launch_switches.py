@@ -21,6 +21,9 @@ SWITCHES = [
     {"FP8NORM_TUNE": "cluster=7,vpt=4"},
     {"FP8NORM_TUNE": "cluster=8,vpt=1", "FP8NORM_PDL": "0"},
     {"FP8NORM_TUNE": "vpt=4"},
+    {"FP8NORM_TUNE": "stash=0"},                 # multi-tile slices re-read from global
+    {"FP8NORM_TUNE": "cluster=2,vpt=1,stash=0"},
+    {"FP8NORM_TUNE": "cta=1024"},                # up to 32 rows per CTA (last CTA partly idle)
 ]
 
 # Shapes x options: odd block counts (1152: 9 blocks), long rows (fp32 65536: a slice over

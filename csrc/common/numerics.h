@@ -18,6 +18,12 @@ constexpr int kBlock = 128;            // elements per quantization block (1 x 1
 constexpr float kFp8Max = 448.0f;      // largest finite float8_e4m3fn
 constexpr float kAmaxFloor = 1e-10f;   // amax.clamp_min(1e-10)
 
+// -DFP8NORM_SHORT_CHAIN=0: the CUDA kernel computes rstd and the block scale by the longer
+// chains of v3 (benchmarks/NOTES.md, v4); same contract either way.
+#ifndef FP8NORM_SHORT_CHAIN
+#define FP8NORM_SHORT_CHAIN 1
+#endif
+
 C10_HOST_DEVICE inline uint32_t float_bits(float f) {
 #ifdef __CUDA_ARCH__
   return __float_as_uint(f);
@@ -43,8 +49,10 @@ C10_HOST_DEVICE inline float bits_float(uint32_t u) {
 C10_HOST_DEVICE inline uint32_t abs_bits(float g) { return float_bits(g) & 0x7FFFFFFFu; }
 
 // rstd = rsqrt(x.square().mean(-1) + eps), from the sum of the float32 squares accumulated in
-// double: the mean, + eps and 1 / sqrt in double, rounded once to float32. That is the correctly
-// rounded rstd (torch's float32 mean and rsqrt are a few ulp off it; the contract allows that).
+// double: the mean, + eps and 1 / sqrt in double, rounded once to float32. The double steps err
+// by a few double ulps, so this is the correctly rounded rstd except where the exact value lies
+// within ~2^-50 (relative) of a float32 rounding boundary (torch's float32 mean and rsqrt are a
+// few float32 ulp off it; the contract allows that).
 C10_HOST_DEVICE inline float rstd_from_sum_of_squares(double sum_sq, int64_t H, float eps) {
   const double v = sum_sq / static_cast<double>(H) + static_cast<double>(eps);
 #ifdef __CUDA_ARCH__
@@ -53,6 +61,17 @@ C10_HOST_DEVICE inline float rstd_from_sum_of_squares(double sum_sq, int64_t H, 
   return static_cast<float>(1.0 / std::sqrt(v));
 #endif
 }
+
+#ifdef __CUDACC__
+// The same value by a shorter chain of dependent double operations (the CUDA kernel's critical
+// path at decode sizes): one fma for mean + eps with inv_h = 1 / H computed before the row
+// (one more double rounding), and CUDA's double rsqrt (within 1 double ulp) instead of a
+// correctly rounded sqrt followed by a correctly rounded reciprocal. Error: a few double ulps,
+// as above.
+__device__ inline float rstd_from_sum_of_squares_fast(double sum_sq, double inv_h, float eps) {
+  return __double2float_rn(rsqrt(__fma_rn(sum_sq, inv_h, static_cast<double>(eps))));
+}
+#endif
 
 // normed = (x * rstd * weight), two float32 products in the reference's order (no fma).
 C10_HOST_DEVICE inline float normalize(float x, float rstd, float w) {
@@ -63,12 +82,30 @@ C10_HOST_DEVICE inline float normalize(float x, float rstd, float w) {
 #endif
 }
 
+// amax / 448 correctly rounded, for amax >= 1e-10 (finite), +inf or NaN, without a division:
+// with r = 1 / 448 correctly rounded, q0 = amax * r, then Markstein's correction step
+// q0 + (amax - q0 * 448) * r (two fmas). Checked equal to amax / 448 for every float32 amax in
+// that range (tests/offline/check_scaled_by_reciprocal.cpp). inf and NaN: q0 (inf, NaN).
+C10_HOST_DEVICE inline float divided_by_fp8_max(float amax) {
+  constexpr float r = 1.0f / kFp8Max;
+#ifdef __CUDA_ARCH__
+  const float q0 = __fmul_rn(amax, r);
+  return isfinite(q0) ? __fmaf_rn(__fmaf_rn(-q0, kFp8Max, amax), r, q0) : q0;
+#else
+  const float q0 = amax * r;
+  return std::isfinite(q0) ? std::fma(std::fma(-q0, kFp8Max, amax), r, q0) : q0;
+#endif
+}
+
 // scale = amax.clamp_min(1e-10) / 448, then (scale_ue8m0) the smallest power of two >= scale.
-// amax_bits comes from abs_bits; NaN and inf pass through.
+// amax_bits comes from abs_bits; NaN and inf pass through. (The CPU kernel divides; the CUDA
+// kernel uses divided_by_fp8_max, the same value without the division's latency.)
 C10_HOST_DEVICE inline float block_scale_from_amax_bits(uint32_t amax_bits, bool ue8m0) {
   const uint32_t floor_bits = 0x2EDBE6FFu;  // bits of 1e-10f
   const float amax = bits_float(amax_bits > floor_bits ? amax_bits : floor_bits);
-#ifdef __CUDA_ARCH__
+#if defined(__CUDA_ARCH__) && FP8NORM_SHORT_CHAIN
+  const float scale = divided_by_fp8_max(amax);
+#elif defined(__CUDA_ARCH__)
   const float scale = __fdiv_rn(amax, kFp8Max);
 #else
   const float scale = amax / kFp8Max;

@@ -56,12 +56,16 @@ const DeviceInfo& device_info(int device) {
 //   FP8NORM_PDL=0              launch without programmatic dependent launch (default: with,
 //                              on sm_90+)
 //   FP8NORM_TUNE=key=v,...     override the launch table, for benchmarks (benchmarks/NOTES.md):
-//                              slice=<vectors> (0: no decode split), cluster=<1..8>, vpt=<1|4>
+//                              slice=<vectors> (0: no decode split), cluster=<1..8>, vpt=<1|4>,
+//                              stash=0 (no shared-memory stash: multi-tile slices re-read the
+//                              residual), cta=<threads> (rows per CTA: aim for this many threads)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 256;  // decode split: aim for at most this many vectors per CTA
   int cluster = 0;       // 0: from the table
   int vpt = 0;           // 0: from the table
+  bool stash = true;
+  int cta_threads = 256;
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -84,6 +88,8 @@ const Switches& switches() {
       s.cluster = std::clamp(tune_value(spec, "cluster", s.cluster), 0, kMaxCluster);
       s.vpt = tune_value(spec, "vpt", s.vpt);
       if (s.vpt != 1 && s.vpt != 4) s.vpt = 0;
+      s.stash = tune_value(spec, "stash", 1) != 0;
+      s.cta_threads = std::clamp(tune_value(spec, "cta", s.cta_threads), 32, 1024);
     }
     return s;
   }();
@@ -100,10 +106,11 @@ const Switches& switches() {
 //                       6.7; M = 16384, H = 32768 with 2 CTAs per row reached 79% of copy, one
 //                       CTA per row over two tiles (v2.1) 88%
 //   vectors per thread: 4 for slices longer than 1024 vectors. For shorter ones, 4 when there
-//                       are enough CTAs to fill every SM several times (M * cluster >= 4 * SMs:
-//                       then bytes in flight per SM decide, and 64 bytes of input + residual
-//                       per thread beat more, smaller threads), unless that leaves over 15% of
-//                       the lanes idle (H = 128 or 1152 in bf16); else 1 (few rows: latency
+//                       are enough CTAs to fill every SM several times (M * cluster >= 4 * SMs)
+//                       and a row then takes fewer threads (not for H = 128: one warp either
+//                       way): rows in flight per SM and bytes in flight per thread decide, even
+//                       with idle lanes (H = 1152, 144 vectors in 64 x 4 lanes: 80% of copy at
+//                       M = 16384 against 68% with 160 x 1, v4); else 1 (few rows: latency
 //                       decides, so spread each row over more threads). 1 vector per thread
 //                       at M = 16384 (v3): 54-64% of copy, against 90-93% with 4
 //   threads per slice:  round_up(slice / vpt, 32), at most 1024 (vpt 1) or 512 (vpt 4); longer
@@ -133,21 +140,20 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, cons
   auto threads_for = [&](int vpt) {
     return std::min<int64_t>(max_threads_per_cta(vpt), ceil_div(ceil_div(svec, vpt), 32) * 32);
   };
-  auto lane_use = [&](int vpt) {
-    const int64_t t = threads_for(vpt);
-    return static_cast<double>(svec) / static_cast<double>(ceil_div(svec, t * vpt) * t * vpt);
-  };
-  c.vpt = svec > 1024 || (ctas_per_wave >= 4 * int64_t{dev.sms} && lane_use(4) >= 0.85) ? 4 : 1;
+  const bool many_rows = ctas_per_wave >= 4 * int64_t{dev.sms};
+  c.vpt = svec > 1024 || (many_rows && threads_for(4) < threads_for(1)) ? 4 : 1;
   if (sw.vpt != 0) c.vpt = sw.vpt;
   c.threads_x = static_cast<int>(threads_for(c.vpt));
   c.shape.ntiles = static_cast<int>(ceil_div(svec, int64_t{c.threads_x} * c.vpt));
-  c.rows_per_cta = c.shape.ntiles == 1 && c.shape.cluster == 1 ? std::max(1, 256 / c.threads_x) : 1;
+  const int cta_threads = std::min(sw.cta_threads, max_threads_per_cta(c.vpt));
+  c.rows_per_cta = c.shape.ntiles == 1 && c.shape.cluster == 1 ? std::max(1, cta_threads / c.threads_x) : 1;
   const size_t red_bytes = sizeof(double) * (32 * c.rows_per_cta + kMaxCluster);
   const size_t stash_bytes = static_cast<size_t>(svec * 16);
-  c.shape.smem_stash =
-      c.shape.ntiles > 1 && red_bytes + stash_bytes <= static_cast<size_t>(dev.max_smem);
+  c.shape.smem_stash = sw.stash && c.shape.ntiles > 1 &&
+                       red_bytes + stash_bytes <= static_cast<size_t>(dev.max_smem);
   c.smem_bytes = red_bytes + (c.shape.smem_stash ? stash_bytes : 0);
   c.pdl = dev.major >= 9 && sw.pdl;
+  c.shape.inv_hidden = 1.0 / static_cast<double>(hidden);
   return c;
 }
 

@@ -33,23 +33,50 @@ namespace fp8norm {
 namespace cuda {
 
 // Conversions between a storage type and float (explicit intrinsics: torch builds with
-// __CUDA_NO_HALF_OPERATORS__ and friends). from_float rounds to nearest even.
+// __CUDA_NO_HALF_OPERATORS__ and friends). from_float2 rounds two floats to nearest even with
+// one paired conversion (cvt.rn.{bf16x2,f16x2}.f32: one F2FP instruction in SASS, where each
+// single conversion is an F2F on the slower conversion pipe); the same values as two single
+// conversions. -DFP8NORM_PACKED_CVT=0 converts one at a time (benchmarks/NOTES.md, v4).
+#ifndef FP8NORM_PACKED_CVT
+#define FP8NORM_PACKED_CVT 1
+#endif
 template <typename T>
 struct Cvt;
 template <>
 struct Cvt<float> {
   __device__ static float to_float(float x) { return x; }
-  __device__ static float from_float(float x) { return x; }
+  __device__ static void from_float2(float a, float b, float& ra, float& rb) {
+    ra = a;
+    rb = b;
+  }
 };
 template <>
 struct Cvt<__half> {
   __device__ static float to_float(__half x) { return __half2float(x); }
-  __device__ static __half from_float(float x) { return __float2half_rn(x); }
+  __device__ static void from_float2(float a, float b, __half& ra, __half& rb) {
+#if FP8NORM_PACKED_CVT
+    const __half2 h = __floats2half2_rn(a, b);
+    ra = __low2half(h);
+    rb = __high2half(h);
+#else
+    ra = __float2half_rn(a);
+    rb = __float2half_rn(b);
+#endif
+  }
 };
 template <>
 struct Cvt<__nv_bfloat16> {
   __device__ static float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-  __device__ static __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
+  __device__ static void from_float2(float a, float b, __nv_bfloat16& ra, __nv_bfloat16& rb) {
+#if FP8NORM_PACKED_CVT
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    ra = __low2bfloat16(h);
+    rb = __high2bfloat16(h);
+#else
+    ra = __float2bfloat16_rn(a);
+    rb = __float2bfloat16_rn(b);
+#endif
+  }
 };
 
 // N elements of T, loaded or stored as 16-byte accesses when ALIGNED, else one by one.
@@ -141,8 +168,9 @@ __device__ __forceinline__ uint32_t to_fp8x2(float a, float b) {
 #endif
 
 // Waits until the grid this launch depends on has completed and its writes are visible (a
-// no-op when the launch was not programmatic), then lets the next grid in the stream launch.
-__device__ __forceinline__ void wait_for_previous_grid() {
+// no-op when the launch was not programmatic), then lets the next grid in the stream launch
+// (its own wait still holds it until this grid has completed).
+__device__ __forceinline__ void wait_previous_grid_release_next() {
 #if FP8NORM_SM90
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -190,6 +218,12 @@ __device__ __forceinline__ void store_to_cluster_rank(double* local, unsigned ra
 }
 
 constexpr int kMaxWarpsPerRow = 32;
+
+// -DFP8NORM_TREE_SUM=0: add the warps' partial sums of squares one after another (v3), for
+// benchmarks (benchmarks/NOTES.md, v4).
+#ifndef FP8NORM_TREE_SUM
+#define FP8NORM_TREE_SUM 1
+#endif
 
 // Load the weight of a slice's last tile in pass 1, with the row, so that its latency overlaps
 // the reduction (a decode-size call is one chain of latencies). With 1 vector per thread only by
@@ -251,7 +285,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   Pack<W, VEC> wv[VPT];  // the weights of the current tile (the last tile's may come from pass 1)
   double acc = 0.0;
 
-  wait_for_previous_grid();
+  wait_previous_grid_release_next();
 
   // Pass 1.
   for (int t = 0; t < s.ntiles; ++t) {
@@ -270,11 +304,16 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
       const int v = v_begin + t * tile_vecs + k * blockDim.x + tx;
       const bool valid = active && v < v_end;
       if (!valid) continue;
+      if constexpr (HAS_RES) {
+#pragma unroll
+        for (int e = 0; e < VEC; e += 2) {
+          C::from_float2(__fadd_rn(C::to_float(sv[k].v[e]), C::to_float(vres[k].v[e])),
+                         __fadd_rn(C::to_float(sv[k].v[e + 1]), C::to_float(vres[k].v[e + 1])),
+                         sv[k].v[e], sv[k].v[e + 1]);
+        }
+      }
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        if constexpr (HAS_RES) {
-          sv[k].v[e] = C::from_float(__fadd_rn(C::to_float(sv[k].v[e]), C::to_float(vres[k].v[e])));
-        }
         const float f = C::to_float(sv[k].v[e]);
         acc += static_cast<double>(__fmul_rn(f, f));
       }
@@ -290,8 +329,22 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   if (lane == 0) red[threadIdx.y * kMaxWarpsPerRow + tx / 32] = acc;
   __syncthreads();
   double sum_sq = 0.0;
+#if FP8NORM_TREE_SUM
+  // Every warp adds the nw warps' sums by a butterfly over groups of p = pow2 >= nw lanes (each
+  // group holds all nw sums, zero-padded): log2(p) dependent steps instead of nw. Each step adds
+  // the same two values in both lanes of a pair (a + b == b + a bitwise), so every lane of every
+  // warp ends with the same, deterministic sum.
+  {
+    const int nw = static_cast<int>(blockDim.x / 32);
+    const int p = nw == 1 ? 1 : 1 << (32 - __clz(nw - 1));
+    const int j = lane & (p - 1);
+    sum_sq = j < nw ? red[threadIdx.y * kMaxWarpsPerRow + j] : 0.0;
+    for (int off = p / 2; off > 0; off /= 2) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, off);
+  }
+#else
 #pragma unroll 8
   for (int i = 0; i < int(blockDim.x / 32); ++i) sum_sq += red[threadIdx.y * kMaxWarpsPerRow + i];
+#endif
   if (clustered) {
     cluster_wait();  // every CTA of the cluster has started
     if (tx < s.cluster) store_to_cluster_rank(cluster_red + rank, static_cast<unsigned>(tx), sum_sq);
@@ -300,7 +353,11 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
     sum_sq = 0.0;
     for (int i = 0; i < s.cluster; ++i) sum_sq += cluster_red[i];
   }
+#if FP8NORM_SHORT_CHAIN
+  const float rstd = rstd_from_sum_of_squares_fast(sum_sq, s.inv_hidden, a.eps);
+#else
   const float rstd = rstd_from_sum_of_squares(sum_sq, a.hidden, a.eps);
+#endif
 
   // Pass 2: the last tile is still in registers; earlier tiles come back from the stash (or,
   // without one, from the residual / input just read: a same-thread read-after-write).
@@ -326,10 +383,18 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
       float g[VEC];
       uint32_t amax = 0;
 #pragma unroll
+      for (int e = 0; e < VEC; e += 2) {
+        float n[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const float xf = valid ? C::to_float(sv[k].v[e + i]) : 0.f;
+          const float wf = valid ? Cvt<W>::to_float(wv[k].v[e + i]) : 0.f;
+          n[i] = normalize(xf, rstd, wf);
+        }
+        C::from_float2(n[0], n[1], nv.v[e], nv.v[e + 1]);
+      }
+#pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        const float xf = valid ? C::to_float(sv[k].v[e]) : 0.f;
-        const float wf = valid ? Cvt<W>::to_float(wv[k].v[e]) : 0.f;
-        nv.v[e] = C::from_float(normalize(xf, rstd, wf));
         g[e] = C::to_float(nv.v[e]);
         amax = max(amax, abs_bits(g[e]));
       }

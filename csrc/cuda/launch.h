@@ -18,13 +18,14 @@ constexpr int max_threads_per_cta(int vpt) { return vpt == 1 ? 1024 : 512; }
 // The most CTAs one row is split over (a thread-block cluster; 8 is the portable maximum).
 constexpr int kMaxCluster = 8;
 
-// What the kernel needs to know about the launch, besides blockDim.
+// What the kernel needs to know about the launch, besides blockDim and RowArgs.
 struct TileShape {
   int cluster = 1;          // CTAs per row: a row is split into `cluster` slices of whole 1x128
                             // blocks, one per CTA of a thread-block cluster (1: no cluster)
   int slice_vecs = 0;       // 16-byte vectors per slice (the whole row when cluster == 1)
   int ntiles = 1;           // tiles per slice (a tile is blockDim.x * vpt vectors)
   bool smem_stash = false;  // keep the tiles of a multi-tile slice in shared memory
+  double inv_hidden = 0.0;  // 1.0 / H (for the mean of the squares, off the critical path)
 };
 
 struct LaunchConfig {

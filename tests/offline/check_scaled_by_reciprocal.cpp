@@ -1,11 +1,14 @@
-// Offline check (minutes; not part of CI) of fp8norm::scaled_by_reciprocal against the division
-// fp8norm::scaled, with the host build of numerics.h (std::fma: the same IEEE operations as the
-// CUDA kernel's __fmul_rn / __fmaf_rn):
+// Offline check (minutes; not part of CI) of the CUDA kernel's division-free quotients, with the
+// host build of numerics.h (std::fma: the same IEEE operations as the CUDA kernel's __fmul_rn /
+// __fmaf_rn):
+//   fp8norm::divided_by_fp8_max(amax) against amax / 448, for every float32 amax >= 1e-10 and
+//   +inf, NaN (claim: bit-identical);
+//   fp8norm::scaled_by_reciprocal against the division fp8norm::scaled,
 //   exhaustive over every float32 g with |g| <= 448 x scale, for scales that are not powers of two,
 //   and 4e8 random (g, scale) pairs with scale = amax / 448 (or its UE8M0 rounding).
 // Claim checked (numerics.h): bit-identical wherever |g / scale| >= 2^-10; below that both are
 // under float8_e4m3fn's rounding-to-zero threshold with the same sign (same fp8 byte).
-//   g++ -O2 -ffp-contract=off -I$(python -c 'import torch,os;print(os.path.dirname(torch.__file__))')/include \
+//   g++ -O2 -march=native -ffp-contract=off -I$(python -c 'import torch,os;print(os.path.dirname(torch.__file__))')/include \
 //       tests/offline/check_scaled_by_reciprocal.cpp -o /tmp/check && /tmp/check
 #include <cmath>
 #include <cstdint>
@@ -23,6 +26,20 @@ static bool same_fp8(float q, float ref) {
 }
 
 int main() {
+  {
+    uint64_t bad = 0, count = 0;
+    for (uint64_t b = float_bits(fp8norm::kAmaxFloor); b <= 0x7FC00000u; ++b) {
+      const float amax = bits_float(static_cast<uint32_t>(b));
+      const float q = fp8norm::divided_by_fp8_max(amax), ref = amax / fp8norm::kFp8Max;
+      ++count;
+      if (float_bits(q) != float_bits(ref) && !(std::isnan(q) && std::isnan(ref))) {
+        if (++bad <= 10) std::printf("WRONG amax=%a q=%a ref=%a\n", amax, q, ref);
+      }
+    }
+    std::printf("divided_by_fp8_max: %llu amax values (1e-10 .. inf, NaN), %llu differ from amax / 448\n",
+                static_cast<unsigned long long>(count), static_cast<unsigned long long>(bad));
+    if (bad != 0) return 1;
+  }
   uint64_t n = 0, differ = 0, wrong = 0;
   auto check = [&](float g, float scale) {
     const float q = fp8norm::scaled_by_reciprocal(g, scale, 1.0f / scale);
