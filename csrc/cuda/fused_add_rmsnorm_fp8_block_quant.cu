@@ -105,14 +105,19 @@ const Switches& switches() {
 //                       H = 16384 with 2 CTAs per row (two waves) took 10.0 µs, one CTA per row
 //                       6.7; M = 16384, H = 32768 with 2 CTAs per row reached 79% of copy, one
 //                       CTA per row over two tiles (v2.1) 88%
-//   vectors per thread: 4 for slices longer than 1024 vectors. For shorter ones, 4 when there
-//                       are enough CTAs to fill every SM several times (M * cluster >= 4 * SMs)
-//                       and a row then takes fewer threads (not for H = 128: one warp either
+//   vectors per thread: 4 for slices longer than 1024 vectors. For shorter ones, 4 when the
+//                       rows do not fit in one wave with 1 (at ~64 registers, 1024 threads per
+//                       SM) and a row then takes fewer threads (not for H = 128: one warp either
 //                       way): rows in flight per SM and bytes in flight per thread decide, even
 //                       with idle lanes (H = 1152, 144 vectors in 64 x 4 lanes: 80% of copy at
-//                       M = 16384 against 68% with 160 x 1, v4); else 1 (few rows: latency
-//                       decides, so spread each row over more threads). 1 vector per thread
-//                       at M = 16384 (v3): 54-64% of copy, against 90-93% with 4
+//                       M = 16384 against 68% with 160 x 1, v4; M = 512, H = 8192: 4 waves of
+//                       one 1024-thread CTA per SM with 1, v4 full grid); else 1 (one wave:
+//                       latency decides, so spread each row over more threads). 1 vector per
+//                       thread at M = 16384 (v3): 54-64% of copy, against 90-93% with 4.
+//                       Clustered slices of more than 512 vectors take 4 too: a cluster of
+//                       1024-thread CTAs (one per SM) needs that many whole SMs of one GPC, and
+//                       M = 16, H = 65536 (16 clusters of 8) ran in two waves (8.3 µs, M = 1:
+//                       3.9; v4 full grid)
 //   threads per slice:  round_up(slice / vpt, 32), at most 1024 (vpt 1) or 512 (vpt 4); longer
 //                       slices take several tiles, kept in shared memory if they fit
 //   rows per CTA:       enough to make ~256 threads per CTA, when a row is one tile of one CTA
@@ -140,8 +145,11 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, cons
   auto threads_for = [&](int vpt) {
     return std::min<int64_t>(max_threads_per_cta(vpt), ceil_div(ceil_div(svec, vpt), 32) * 32);
   };
-  const bool many_rows = ctas_per_wave >= 4 * int64_t{dev.sms};
-  c.vpt = svec > 1024 || (many_rows && threads_for(4) < threads_for(1)) ? 4 : 1;
+  // CTAs one wave holds with 1 vector per thread: ~64 registers, so ~1024 threads per SM.
+  const int64_t wave_vpt1 = int64_t{dev.sms} * std::max<int64_t>(1, 1024 / threads_for(1));
+  const bool many_rows = ctas_per_wave > wave_vpt1;
+  const bool clustered_long = c.shape.cluster > 1 && svec > 512;
+  c.vpt = svec > 1024 || clustered_long || (many_rows && threads_for(4) < threads_for(1)) ? 4 : 1;
   if (sw.vpt != 0) c.vpt = sw.vpt;
   c.threads_x = static_cast<int>(threads_for(c.vpt));
   c.shape.ntiles = static_cast<int>(ceil_div(svec, int64_t{c.threads_x} * c.vpt));
