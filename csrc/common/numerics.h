@@ -18,12 +18,6 @@ constexpr int kBlock = 128;            // elements per quantization block (1 x 1
 constexpr float kFp8Max = 448.0f;      // largest finite float8_e4m3fn
 constexpr float kAmaxFloor = 1e-10f;   // amax.clamp_min(1e-10)
 
-// -DFP8NORM_SHORT_CHAIN=0: the CUDA kernel computes rstd and the block scale by the longer
-// chains of v3 (benchmarks/NOTES.md, v4); same contract either way.
-#ifndef FP8NORM_SHORT_CHAIN
-#define FP8NORM_SHORT_CHAIN 1
-#endif
-
 C10_HOST_DEVICE inline uint32_t float_bits(float f) {
 #ifdef __CUDA_ARCH__
   return __float_as_uint(f);
@@ -52,23 +46,19 @@ C10_HOST_DEVICE inline uint32_t abs_bits(float g) { return float_bits(g) & 0x7FF
 // double: the mean, + eps and 1 / sqrt in double, rounded once to float32. The double steps err
 // by a few double ulps, so this is the correctly rounded rstd except where the exact value lies
 // within ~2^-50 (relative) of a float32 rounding boundary (torch's float32 mean and rsqrt are a
-// few float32 ulp off it; the contract allows that).
-C10_HOST_DEVICE inline float rstd_from_sum_of_squares(double sum_sq, int64_t H, float eps) {
+// few float32 ulp off it; the contract allows that). CPU kernel.
+inline float rstd_from_sum_of_squares(double sum_sq, int64_t H, float eps) {
   const double v = sum_sq / static_cast<double>(H) + static_cast<double>(eps);
-#ifdef __CUDA_ARCH__
-  return __double2float_rn(__drcp_rn(__dsqrt_rn(v)));
-#else
   return static_cast<float>(1.0 / std::sqrt(v));
-#endif
 }
 
 #ifdef __CUDACC__
-// The same value by a shorter chain of dependent double operations (the CUDA kernel's critical
-// path at decode sizes): one fma for mean + eps with inv_h = 1 / H computed before the row
+// The same value for the CUDA kernel, by a shorter chain of dependent double operations (its
+// critical path at decode sizes): one fma for mean + eps with inv_h = 1 / H computed on the host
 // (one more double rounding), and CUDA's double rsqrt (within 1 double ulp) instead of a
-// correctly rounded sqrt followed by a correctly rounded reciprocal. Error: a few double ulps,
-// as above.
-__device__ inline float rstd_from_sum_of_squares_fast(double sum_sq, double inv_h, float eps) {
+// correctly rounded division, sqrt and reciprocal (v3; 0.12-0.15 µs slower at decode sizes,
+// benchmarks/NOTES.md, v4). Error: a few double ulps, as above.
+__device__ inline float rstd_from_sum_of_squares_device(double sum_sq, double inv_h, float eps) {
   return __double2float_rn(rsqrt(__fma_rn(sum_sq, inv_h, static_cast<double>(eps))));
 }
 #endif
@@ -103,10 +93,8 @@ C10_HOST_DEVICE inline float divided_by_fp8_max(float amax) {
 C10_HOST_DEVICE inline float block_scale_from_amax_bits(uint32_t amax_bits, bool ue8m0) {
   const uint32_t floor_bits = 0x2EDBE6FFu;  // bits of 1e-10f
   const float amax = bits_float(amax_bits > floor_bits ? amax_bits : floor_bits);
-#if defined(__CUDA_ARCH__) && FP8NORM_SHORT_CHAIN
+#ifdef __CUDA_ARCH__
   const float scale = divided_by_fp8_max(amax);
-#elif defined(__CUDA_ARCH__)
-  const float scale = __fdiv_rn(amax, kFp8Max);
 #else
   const float scale = amax / kFp8Max;
 #endif

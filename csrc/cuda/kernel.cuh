@@ -36,10 +36,7 @@ namespace cuda {
 // __CUDA_NO_HALF_OPERATORS__ and friends). from_float2 rounds two floats to nearest even with
 // one paired conversion (cvt.rn.{bf16x2,f16x2}.f32: one F2FP instruction in SASS, where each
 // single conversion is an F2F on the slower conversion pipe); the same values as two single
-// conversions. -DFP8NORM_PACKED_CVT=0 converts one at a time (benchmarks/NOTES.md, v4).
-#ifndef FP8NORM_PACKED_CVT
-#define FP8NORM_PACKED_CVT 1
-#endif
+// conversions (those: 0.05-0.12 µs slower at decode sizes, benchmarks/NOTES.md, v4).
 template <typename T>
 struct Cvt;
 template <>
@@ -54,28 +51,18 @@ template <>
 struct Cvt<__half> {
   __device__ static float to_float(__half x) { return __half2float(x); }
   __device__ static void from_float2(float a, float b, __half& ra, __half& rb) {
-#if FP8NORM_PACKED_CVT
     const __half2 h = __floats2half2_rn(a, b);
     ra = __low2half(h);
     rb = __high2half(h);
-#else
-    ra = __float2half_rn(a);
-    rb = __float2half_rn(b);
-#endif
   }
 };
 template <>
 struct Cvt<__nv_bfloat16> {
   __device__ static float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
   __device__ static void from_float2(float a, float b, __nv_bfloat16& ra, __nv_bfloat16& rb) {
-#if FP8NORM_PACKED_CVT
     const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
     ra = __low2bfloat16(h);
     rb = __high2bfloat16(h);
-#else
-    ra = __float2bfloat16_rn(a);
-    rb = __float2bfloat16_rn(b);
-#endif
   }
 };
 
@@ -219,12 +206,6 @@ __device__ __forceinline__ void store_to_cluster_rank(double* local, unsigned ra
 
 constexpr int kMaxWarpsPerRow = 32;
 
-// -DFP8NORM_TREE_SUM=0: add the warps' partial sums of squares one after another (v3), for
-// benchmarks (benchmarks/NOTES.md, v4).
-#ifndef FP8NORM_TREE_SUM
-#define FP8NORM_TREE_SUM 1
-#endif
-
 // Load the weight of a slice's last tile in pass 1, with the row, so that its latency overlaps
 // the reduction (a decode-size call is one chain of latencies). With 1 vector per thread only by
 // default: with 4 it costs 16-32 registers (64 -> 84 for bf16, 3 CTAs of 256 threads per SM
@@ -328,23 +309,16 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
   if (lane == 0) red[threadIdx.y * kMaxWarpsPerRow + tx / 32] = acc;
   __syncthreads();
-  double sum_sq = 0.0;
-#if FP8NORM_TREE_SUM
-  // Every warp adds the nw warps' sums by a butterfly over groups of p = pow2 >= nw lanes (each
-  // group holds all nw sums, zero-padded): log2(p) dependent steps instead of nw. Each step adds
-  // the same two values in both lanes of a pair (a + b == b + a bitwise), so every lane of every
-  // warp ends with the same, deterministic sum.
-  {
-    const int nw = static_cast<int>(blockDim.x / 32);
-    const int p = nw == 1 ? 1 : 1 << (32 - __clz(nw - 1));
-    const int j = lane & (p - 1);
-    sum_sq = j < nw ? red[threadIdx.y * kMaxWarpsPerRow + j] : 0.0;
-    for (int off = p / 2; off > 0; off /= 2) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, off);
-  }
-#else
-#pragma unroll 8
-  for (int i = 0; i < int(blockDim.x / 32); ++i) sum_sq += red[threadIdx.y * kMaxWarpsPerRow + i];
-#endif
+  // Every warp adds the row's nw warp sums by a butterfly over groups of p = pow2 >= nw lanes
+  // (each group holds all nw sums, zero-padded): log2(p) dependent steps instead of nw (one after
+  // another, v3: 0.28 µs slower with 32 warps, benchmarks/NOTES.md, v4). Each step adds the same
+  // two values in both lanes of a pair (a + b == b + a bitwise), so every lane of every warp
+  // ends with the same, deterministic sum.
+  const int nw = static_cast<int>(blockDim.x / 32);
+  const int group = nw == 1 ? 1 : 1 << (32 - __clz(nw - 1));
+  const int w_idx = lane & (group - 1);
+  double sum_sq = w_idx < nw ? red[threadIdx.y * kMaxWarpsPerRow + w_idx] : 0.0;
+  for (int off = group / 2; off > 0; off /= 2) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, off);
   if (clustered) {
     cluster_wait();  // every CTA of the cluster has started
     if (tx < s.cluster) store_to_cluster_rank(cluster_red + rank, static_cast<unsigned>(tx), sum_sq);
@@ -353,11 +327,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
     sum_sq = 0.0;
     for (int i = 0; i < s.cluster; ++i) sum_sq += cluster_red[i];
   }
-#if FP8NORM_SHORT_CHAIN
-  const float rstd = rstd_from_sum_of_squares_fast(sum_sq, s.inv_hidden, a.eps);
-#else
-  const float rstd = rstd_from_sum_of_squares(sum_sq, a.hidden, a.eps);
-#endif
+  const float rstd = rstd_from_sum_of_squares_device(sum_sq, s.inv_hidden, a.eps);
 
   // Pass 2: the last tile is still in registers; earlier tiles come back from the stash (or,
   // without one, from the residual / input just read: a same-thread read-after-write).
