@@ -225,8 +225,8 @@ constexpr bool prefetch_weight() {
 // Registers: with 4 vectors per thread the aligned kernels are held to 64 registers, so that
 // two CTAs of 512 threads fit on an SM (at 75 registers only one did: H = 16384 at large M fell
 // from 89% to 75% of copy, benchmarks/NOTES.md v3; -DFP8NORM_VPT4_MIN_CTAS=1 lifts the cap).
-// bf16 / fp16 do not spill, fp32 spills 4 bytes, a float32 weight 60-68 bytes. Unaligned rows
-// keep every register.
+// bf16 / fp16 do not spill, fp32 spills 4 bytes, a float32 weight 52-72 bytes (ptxas, v4).
+// Unaligned rows keep every register.
 template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT>
 __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED ? FP8NORM_VPT4_MIN_CTAS : 1)
     fused_add_rmsnorm_fp8_block_quant_kernel(const RowArgs a, const TileShape s) {
@@ -309,11 +309,11 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
   if (lane == 0) red[threadIdx.y * kMaxWarpsPerRow + tx / 32] = acc;
   __syncthreads();
-  // Every warp adds the row's nw warp sums by a butterfly over groups of p = pow2 >= nw lanes
-  // (each group holds all nw sums, zero-padded): log2(p) dependent steps instead of nw (one after
-  // another, v3: 0.28 µs slower with 32 warps, benchmarks/NOTES.md, v4). Each step adds the same
-  // two values in both lanes of a pair (a + b == b + a bitwise), so every lane of every warp
-  // ends with the same, deterministic sum.
+  // Every warp adds the row's nw warp sums by a butterfly over groups of `group` = pow2 >= nw
+  // lanes (each group holds all nw sums, zero-padded): log2(group) dependent steps instead of nw
+  // (one after another, v3: 0.28 µs slower with 32 warps, benchmarks/NOTES.md, v4). Each step
+  // adds the same two values in both lanes of a pair (a + b == b + a bitwise), so every lane of
+  // every warp ends with the same, deterministic sum.
   const int nw = static_cast<int>(blockDim.x / 32);
   const int group = nw == 1 ? 1 : 1 << (32 - __clz(nw - 1));
   const int w_idx = lane & (group - 1);
