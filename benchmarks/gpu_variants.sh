@@ -9,7 +9,7 @@
 #   BUILD_VARIANTS='name:-DFLAG=1 ...;...'  this tree rebuilt with extra nvcc flags, or
 #                            'name:@dir' the tree in dir (e.g. `git archive <commit>` unpacked
 #                            under .gpu/, which the device tool carries), with this benchmark
-#   TESTS=0                  skip the test suite
+#   TESTS=0                  skip the test suite (TEST_ARGS: pytest arguments, default: tests)
 #   MAIN=0                   skip the main benchmark (bench.json: this tree with torch.compile)
 #   BENCH_ARGS='...'         extra arguments for every benchmark run
 set -uo pipefail
@@ -33,7 +33,7 @@ for v in "${build_variants[@]}"; do
 done
 python3 -m pip install -q --no-build-isolation --no-deps -e . > /tmp/bench/build.log 2>&1 || { tail -30 /tmp/bench/build.log; exit 1; }
 if [ "${TESTS:-1}" != 0 ]; then
-  python3 -m pytest -q -p no:logging -rs tests 2>&1 | tee "$out/pytest.txt" | tail -3
+  python3 -m pytest -q -p no:logging -rs ${TEST_ARGS:-tests} 2>&1 | tee "$out/pytest.txt" | tail -3
 fi
 if [ "${MAIN:-1}" != 0 ]; then
   python3 $bench --grid "${GRID:-small}" --skip-eager --json "$out/bench.json" ${BENCH_ARGS:-} 2> /tmp/bench/main.err > "$out/bench.txt"

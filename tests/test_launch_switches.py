@@ -1,8 +1,8 @@
 """The CUDA kernel under every launch shape the table can pick, forced through the environment
 switches (FP8NORM_PDL, FP8NORM_TUNE; read once per process, so each setting runs in a fresh
 interpreter): clusters of 2..8 CTAs per row with even and uneven slices, several tiles per
-slice with and without the shared-memory stash, 1 and 4 vectors per thread, and launches
-without programmatic dependent launch. Each case is checked against the full contract."""
+slice with and without the shared-memory stash, 1 and 4 vectors per thread, launches
+without programmatic dependent launch, and the L2 prefetch of later rows. Each case is checked against the full contract."""
 import os
 import subprocess
 import sys
@@ -24,6 +24,8 @@ SWITCHES = [
     {"FP8NORM_TUNE": "stash=0"},                 # multi-tile slices re-read from global
     {"FP8NORM_TUNE": "cluster=2,vpt=1,stash=0"},
     {"FP8NORM_TUNE": "cta=1024"},                # up to 32 rows per CTA (last CTA partly idle)
+    {"FP8NORM_TUNE": "prefetch=1"},              # L2 prefetch of the rows a few CTAs ahead
+    {"FP8NORM_TUNE": "cta=1024,prefetch=1"},     # ... with rows past M in the last CTA
 ]
 
 # Shapes x options: odd block counts (1152: 9 blocks), long rows (fp32 65536: a slice over

@@ -58,7 +58,9 @@ const DeviceInfo& device_info(int device) {
 //   FP8NORM_TUNE=key=v,...     override the launch table, for benchmarks (benchmarks/NOTES.md):
 //                              slice=<vectors> (0: no decode split), cluster=<1..8>, vpt=<1|4>,
 //                              stash=0 (no shared-memory stash: multi-tile slices re-read the
-//                              residual), cta=<threads> (rows per CTA: aim for this many threads)
+//                              residual), cta=<threads> (rows per CTA: aim for this many threads),
+//                              prefetch=<percent> (L2 prefetch of the rows that many percent of
+//                              the resident CTAs ahead; 0: off)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 256;  // decode split: aim for at most this many vectors per CTA
@@ -66,6 +68,7 @@ struct Switches {
   int vpt = 0;           // 0: from the table
   bool stash = true;
   int cta_threads = 256;
+  int prefetch_pct = 0;
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -90,6 +93,7 @@ const Switches& switches() {
       if (s.vpt != 1 && s.vpt != 4) s.vpt = 0;
       s.stash = tune_value(spec, "stash", 1) != 0;
       s.cta_threads = std::clamp(tune_value(spec, "cta", s.cta_threads), 32, 1024);
+      s.prefetch_pct = std::clamp(tune_value(spec, "prefetch", s.prefetch_pct), 0, 1000);
     }
     return s;
   }();
@@ -117,7 +121,8 @@ const Switches& switches() {
 //                       Clustered slices of more than 512 vectors take 4 too: a cluster of
 //                       1024-thread CTAs (one per SM) needs that many whole SMs of one GPC, and
 //                       M = 16, H = 65536 (16 clusters of 8) ran in two waves (8.3 µs, M = 1:
-//                       3.9; v4 full grid)
+//                       3.9; v4 full grid); only when the clusters take over half the SMs
+//                       (M = 1, H = 65536, one cluster: 3.94 µs with 1, 4.39 with 4; v4)
 //   threads per slice:  round_up(slice / vpt, 32), at most 1024 (vpt 1) or 512 (vpt 4); longer
 //                       slices take several tiles, kept in shared memory if they fit
 //   rows per CTA:       enough to make ~256 threads per CTA, when a row is one tile of one CTA
@@ -148,7 +153,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, cons
   // CTAs one wave holds with 1 vector per thread: ~64 registers, so ~1024 threads per SM.
   const int64_t wave_vpt1 = int64_t{dev.sms} * std::max<int64_t>(1, 1024 / threads_for(1));
   const bool many_rows = ctas_per_wave > wave_vpt1;
-  const bool clustered_long = c.shape.cluster > 1 && svec > 512;
+  const bool clustered_long = c.shape.cluster > 1 && svec > 512 && ctas_per_wave > dev.sms / 2;
   c.vpt = svec > 1024 || clustered_long || (many_rows && threads_for(4) < threads_for(1)) ? 4 : 1;
   if (sw.vpt != 0) c.vpt = sw.vpt;
   c.threads_x = static_cast<int>(threads_for(c.vpt));
@@ -162,6 +167,11 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, cons
   c.smem_bytes = red_bytes + (c.shape.smem_stash ? stash_bytes : 0);
   c.pdl = dev.major >= 9 && sw.pdl;
   c.shape.inv_hidden = 1.0 / static_cast<double>(hidden);
+  // L2 prefetch of later rows: one CTA per row group, rows of at most 1 MiB (one bulk request
+  // per row and stream).
+  if (dev.major >= 9 && c.shape.cluster == 1 && hidden * elem_size <= (int64_t{1} << 20)) {
+    c.prefetch_pct = sw.prefetch_pct;
+  }
   return c;
 }
 

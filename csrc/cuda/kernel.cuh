@@ -29,6 +29,8 @@
 #include "../common/numerics.h"
 #include "launch.h"
 
+#include <type_traits>
+
 namespace fp8norm {
 namespace cuda {
 
@@ -100,6 +102,38 @@ __device__ __forceinline__ void store_hinted(V* p, V v) {
   }
 }
 
+// Element pointer of the 16-byte vector v of a row: row + v * N, from a 32-bit index by one
+// 64-bit multiply-add (IMAD.WIDE), so that each stream costs one instruction per vector.
+template <int N, typename T>
+__device__ __forceinline__ T* vec_at(T* row, int v) {
+  return row + static_cast<int64_t>(v) * N;
+}
+
+// A row's start, hidden from the compiler's address arithmetic when ALIGNED: it stays one
+// 64-bit register, instead of the row offset being folded into every access's index (64-bit
+// shifts and adds per vector and stream). The compiler then no longer knows p is global, so
+// every access through it must name the space itself: the aligned kernels' global accesses
+// are all 16-, 8- or 4-byte hinted ones (ld.global.cs / .nc, st.global.cs), the unaligned
+// kernels' element accesses keep the plain pointer.
+#ifndef FP8NORM_OPAQUE_ROWS
+#define FP8NORM_OPAQUE_ROWS 1
+#endif
+template <bool ALIGNED, typename P>
+__device__ __forceinline__ P* row_start(P* p) {
+  if constexpr (ALIGNED && FP8NORM_OPAQUE_ROWS) asm("" : "+l"(p));
+  return p;
+}
+
+// Gives p a value the compiler cannot know, without an instruction: for registers whose
+// results are computed and thrown away (not a read of an uninitialized variable).
+template <typename T, int N>
+__device__ __forceinline__ void opaque_fill(Pack<T, N>& p) {
+  static_assert(sizeof(p) % 4 == 0, "whole 32-bit words");
+  uint32_t* u = reinterpret_cast<uint32_t*>(&p);
+#pragma unroll
+  for (int i = 0; i < int(sizeof(p) / 4); ++i) asm("" : "=r"(u[i]));
+}
+
 template <bool ALIGNED, Hint H = Hint::kPlain, typename T, int N>
 __device__ __forceinline__ void load(Pack<T, N>& dst, const T* src) {
   if constexpr (ALIGNED && (sizeof(T) * N) % 16 == 0) {
@@ -161,6 +195,14 @@ __device__ __forceinline__ void wait_previous_grid_release_next() {
 #if FP8NORM_SM90
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Asks the L2 to fetch `bytes` (a multiple of 16) from p (16-byte aligned) ahead of its use;
+// no register and no wait: the copy engine does it (cp.async.bulk.prefetch, sm_90+).
+__device__ __forceinline__ void prefetch_to_l2(const void* p, uint32_t bytes) {
+#if FP8NORM_SM90
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 #endif
 }
 
@@ -255,36 +297,57 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   const int tile_vecs = blockDim.x * VPT;
   const int64_t safe_row = active ? row : 0;  // pointers are formed, never dereferenced, if inactive
 
-  const T* in = static_cast<const T*>(a.input) + safe_row * a.input_stride;
-  T* res = HAS_RES ? static_cast<T*>(a.residual) + safe_row * a.residual_stride : nullptr;
+  const T* in = row_start<ALIGNED>(static_cast<const T*>(a.input) + safe_row * a.input_stride);
+  T* res = HAS_RES ? row_start<ALIGNED>(static_cast<T*>(a.residual) + safe_row * a.residual_stride) : nullptr;
   const W* w = static_cast<const W*>(a.weight);
-  T* normed = a.normed ? static_cast<T*>(a.normed) + safe_row * a.normed_stride : nullptr;
-  uint8_t* out = static_cast<uint8_t*>(a.out) + safe_row * a.out_stride;
+  T* normed = a.normed ? row_start<ALIGNED>(static_cast<T*>(a.normed) + safe_row * a.normed_stride) : nullptr;
+  uint8_t* out = row_start<ALIGNED>(static_cast<uint8_t*>(a.out) + safe_row * a.out_stride);
   float* scale_row = a.block_scale + safe_row * a.scale_stride_row;
 
+  // Vectors past the slice's end (or of a row past M) are not loaded, and their results are
+  // never stored: pass 2 computes on whatever their registers hold (opaque_fill), instead of
+  // selecting zeros element by element (v4: two selects per element). Their amax stays in their
+  // own 1x128 blocks (slices hold whole blocks, and a block's lanes are one warp's).
   Pack<T, VEC> sv[VPT];  // the rounded sums s of the current tile (exact in T)
   Pack<W, VEC> wv[VPT];  // the weights of the current tile (the last tile's may come from pass 1)
   double acc = 0.0;
 
   wait_previous_grid_release_next();
 
+  // Rows further on (a later CTA's, `s.prefetch_ctas` CTAs ahead: the CTA that will run on an SM
+  // when this one is done) are asked into L2 now, so that DRAM keeps streaming while the rows
+  // in flight are reduced and written (one thread per row; 0: off; one CTA per row group only).
+  if constexpr (ALIGNED) {
+    if (s.prefetch_ctas > 0 && tx == 0) {
+      const int64_t ahead = row + static_cast<int64_t>(s.prefetch_ctas) * blockDim.y;
+      if (ahead < a.rows) {
+        const uint32_t bytes = static_cast<uint32_t>(a.hidden * sizeof(T));
+        prefetch_to_l2(static_cast<const T*>(a.input) + ahead * a.input_stride, bytes);
+        if constexpr (HAS_RES) prefetch_to_l2(static_cast<const T*>(a.residual) + ahead * a.residual_stride, bytes);
+      }
+    }
+  }
+
   // Pass 1.
   for (int t = 0; t < s.ntiles; ++t) {
-    Pack<T, VEC> vres[VPT];
+    const int v0 = v_begin + t * tile_vecs + tx;  // this thread's vector k is v0 + k * blockDim.x
+    [[maybe_unused]] Pack<T, VEC> vres[VPT];  // the residual (HAS_RES)
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const int v = v_begin + t * tile_vecs + k * blockDim.x + tx;
+      const int v = v0 + k * blockDim.x;
       if (active && v < v_end) {
-        load<ALIGNED, Hint::kStream>(sv[k], in + v * VEC);
-        if constexpr (HAS_RES) load<ALIGNED, Hint::kStream>(vres[k], res + v * VEC);
-        if (prefetch_weight<VPT>() && t == s.ntiles - 1) load<ALIGNED, Hint::kKeep>(wv[k], w + v * VEC);
+        load<ALIGNED, Hint::kStream>(sv[k], vec_at<VEC>(in, v));
+        if constexpr (HAS_RES) load<ALIGNED, Hint::kStream>(vres[k], vec_at<VEC>(res, v));
+        if (prefetch_weight<VPT>() && t == s.ntiles - 1) load<ALIGNED, Hint::kKeep>(wv[k], vec_at<VEC>(w, v));
+      } else {
+        opaque_fill(sv[k]);
+        opaque_fill(wv[k]);
       }
     }
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const int v = v_begin + t * tile_vecs + k * blockDim.x + tx;
-      const bool valid = active && v < v_end;
-      if (!valid) continue;
+      const int v = v0 + k * blockDim.x;
+      if (!(active && v < v_end)) continue;
       if constexpr (HAS_RES) {
 #pragma unroll
         for (int e = 0; e < VEC; e += 2) {
@@ -298,8 +361,8 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
         const float f = C::to_float(sv[k].v[e]);
         acc += static_cast<double>(__fmul_rn(f, f));
       }
-      if constexpr (HAS_RES) store<ALIGNED, Hint::kStream>(res + v * VEC, sv[k]);
-      if (s.smem_stash && s.ntiles > 1) store<true>(stash + (v - v_begin) * VEC, sv[k]);
+      if constexpr (HAS_RES) store<ALIGNED, Hint::kStream>(vec_at<VEC>(res, v), sv[k]);
+      if (s.smem_stash && s.ntiles > 1) store<true>(vec_at<VEC>(stash, v - v_begin), sv[k]);
     }
   }
 
@@ -332,22 +395,26 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   // Pass 2: the last tile is still in registers; earlier tiles come back from the stash (or,
   // without one, from the residual / input just read: a same-thread read-after-write).
   for (int t = s.ntiles - 1; t >= 0; --t) {
+    const int v0 = v_begin + t * tile_vecs + tx;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const int v = v_begin + t * tile_vecs + k * blockDim.x + tx;
-      if (!(active && v < v_end)) continue;
+      const int v = v0 + k * blockDim.x;
+      if (!(active && v < v_end)) {
+        opaque_fill(wv[k]);
+        continue;
+      }
       if (t != s.ntiles - 1) {
         if (s.smem_stash) {
-          load<true>(sv[k], stash + (v - v_begin) * VEC);
+          load<true>(sv[k], vec_at<VEC>(stash, v - v_begin));
         } else {
-          load<ALIGNED>(sv[k], (HAS_RES ? res : in) + v * VEC);
+          load<ALIGNED, Hint::kStream>(sv[k], vec_at<VEC>(HAS_RES ? res : in, v));  // last read
         }
       }
-      if (!prefetch_weight<VPT>() || t != s.ntiles - 1) load<ALIGNED, Hint::kKeep>(wv[k], w + v * VEC);
+      if (!prefetch_weight<VPT>() || t != s.ntiles - 1) load<ALIGNED, Hint::kKeep>(wv[k], vec_at<VEC>(w, v));
     }
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const int v = v_begin + t * tile_vecs + k * blockDim.x + tx;
+      const int v = v0 + k * blockDim.x;
       const bool valid = active && v < v_end;
       Pack<T, VEC> nv;
       float g[VEC];
@@ -357,9 +424,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
         float n[2];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          const float xf = valid ? C::to_float(sv[k].v[e + i]) : 0.f;
-          const float wf = valid ? Cvt<W>::to_float(wv[k].v[e + i]) : 0.f;
-          n[i] = normalize(xf, rstd, wf);
+          n[i] = normalize(C::to_float(sv[k].v[e + i]), rstd, Cvt<W>::to_float(wv[k].v[e + i]));
         }
         C::from_float2(n[0], n[1], nv.v[e], nv.v[e + 1]);
       }
@@ -368,7 +433,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
         g[e] = C::to_float(nv.v[e]);
         amax = max(amax, abs_bits(g[e]));
       }
-      if (valid && normed != nullptr) store<ALIGNED, Hint::kStream>(normed + v * VEC, nv);
+      if (valid && normed != nullptr) store<ALIGNED, Hint::kStream>(vec_at<VEC>(normed, v), nv);
 #pragma unroll
       for (int off = LPB / 2; off > 0; off /= 2) {
         amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
@@ -384,7 +449,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
         words[e / 4] = to_fp8x2(q[e], q[e + 1]) | (to_fp8x2(q[e + 2], q[e + 3]) << 16);
       }
       if (valid) {
-        store_fp8<ALIGNED, VEC>(out + v * VEC, words);
+        store_fp8<ALIGNED, VEC>(vec_at<VEC>(out, v), words);
         if (tx % LPB == 0) scale_row[(v / LPB) * a.scale_stride_col] = scale;
       }
     }
@@ -397,10 +462,30 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
 // ---- Host side: instantiate and launch (one .cu per T instantiates launch<T>) ----
 #include <c10/cuda/CUDAException.h>
 
-#include <type_traits>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 namespace fp8norm {
 namespace cuda {
+
+// CTAs of `kernel` the current device holds at once (occupancy x SMs), cached per kernel,
+// device, CTA size and shared memory.
+template <typename K>
+int64_t resident_ctas(K* kernel, unsigned threads, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, unsigned, size_t>, int64_t> cache;
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(device, threads, smem);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  int per_sm = 0, sms = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, static_cast<int>(threads), smem));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return cache.emplace(key, int64_t{per_sm} * sms).first->second;
+}
 
 template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT>
 void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) {
@@ -433,7 +518,12 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
   }
   lc.attrs = attrs;
   lc.numAttrs = n;
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, a, cfg.shape));
+  TileShape shape = cfg.shape;
+  if (cfg.prefetch_pct > 0 && shape.cluster == 1) {
+    shape.prefetch_ctas = static_cast<int>(
+        resident_ctas(kernel, lc.blockDim.x * lc.blockDim.y, cfg.smem_bytes) * cfg.prefetch_pct / 100);
+  }
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, a, shape));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
