@@ -60,7 +60,7 @@ const DeviceInfo& device_info(int device) {
 //                              stash=0 (no shared-memory stash: multi-tile slices re-read the
 //                              residual), cta=<threads> (rows per CTA: aim for this many threads),
 //                              prefetch=<percent> (L2 prefetch of the rows that many percent of
-//                              the resident CTAs ahead; 0: off)
+//                              a wave of CTAs ahead; 0: off; default: by the number of waves)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 256;  // decode split: aim for at most this many vectors per CTA
@@ -68,7 +68,7 @@ struct Switches {
   int vpt = 0;           // 0: from the table
   bool stash = true;
   int cta_threads = 256;
-  int prefetch_pct = 0;
+  int prefetch_pct = -1;
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -93,7 +93,7 @@ const Switches& switches() {
       if (s.vpt != 1 && s.vpt != 4) s.vpt = 0;
       s.stash = tune_value(spec, "stash", 1) != 0;
       s.cta_threads = std::clamp(tune_value(spec, "cta", s.cta_threads), 32, 1024);
-      s.prefetch_pct = std::clamp(tune_value(spec, "prefetch", s.prefetch_pct), 0, 1000);
+      s.prefetch_pct = std::clamp(tune_value(spec, "prefetch", s.prefetch_pct), -1, 1000);
     }
     return s;
   }();
@@ -167,11 +167,10 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, cons
   c.smem_bytes = red_bytes + (c.shape.smem_stash ? stash_bytes : 0);
   c.pdl = dev.major >= 9 && sw.pdl;
   c.shape.inv_hidden = 1.0 / static_cast<double>(hidden);
-  // L2 prefetch of later rows: one CTA per row group, rows of at most 1 MiB (one bulk request
-  // per row and stream).
-  if (dev.major >= 9 && c.shape.cluster == 1 && hidden * elem_size <= (int64_t{1} << 20)) {
-    c.prefetch_pct = sw.prefetch_pct;
-  }
+  // L2 prefetch of later rows (the distance is set at launch, from the occupancy): one CTA per
+  // row group, rows of at most 1 MiB (one bulk request per row and stream).
+  const bool prefetch_ok = dev.major >= 9 && c.shape.cluster == 1 && hidden * elem_size <= (int64_t{1} << 20);
+  c.prefetch_pct = prefetch_ok ? sw.prefetch_pct : 0;
   return c;
 }
 

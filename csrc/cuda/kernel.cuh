@@ -189,12 +189,25 @@ __device__ __forceinline__ uint32_t to_fp8x2(float a, float b) {
 #endif
 
 // Waits until the grid this launch depends on has completed and its writes are visible (a
-// no-op when the launch was not programmatic), then lets the next grid in the stream launch
-// (its own wait still holds it until this grid has completed).
-__device__ __forceinline__ void wait_previous_grid_release_next() {
+// no-op when the launch was not programmatic), then, if `release`, lets the next grid in the
+// stream launch now (its own wait still holds it until this grid has completed); without, the
+// next grid launches as this one's CTAs exit.
+__device__ __forceinline__ void wait_previous_grid(bool release) {
 #if FP8NORM_SM90
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if (release) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// The index of this CTA's cluster in the grid (blockIdx.x / cluster size, without a division:
+// a launch without clusters is one of 1x1x1 clusters on sm_90+).
+__device__ __forceinline__ unsigned cluster_index() {
+#if FP8NORM_SM90
+  unsigned r;
+  asm("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+  return r;
+#else
+  return blockIdx.x;  // no clusters below sm_90 (the launcher never asks for them)
 #endif
 }
 
@@ -288,7 +301,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   const unsigned rank = clustered ? cluster_rank() : 0;
   const int tx = threadIdx.x;
   const int lane = tx % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x / s.cluster) * blockDim.y + threadIdx.y;
+  const int64_t row = static_cast<int64_t>(cluster_index()) * blockDim.y + threadIdx.y;
   const bool active = row < a.rows;
   // This CTA's slice of the row: vectors [v_begin, v_end). The launcher checks H < 2^31.
   const int nvec = static_cast<int>(a.hidden / VEC);
@@ -312,7 +325,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   Pack<W, VEC> wv[VPT];  // the weights of the current tile (the last tile's may come from pass 1)
   double acc = 0.0;
 
-  wait_previous_grid_release_next();
+  wait_previous_grid(s.release_early);
 
   // Rows further on (a later CTA's, `s.prefetch_ctas` CTAs ahead: the CTA that will run on an SM
   // when this one is done) are asked into L2 now, so that DRAM keeps streaming while the rows
@@ -356,11 +369,19 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
                          sv[k].v[e], sv[k].v[e + 1]);
         }
       }
+      // The vector's squares, added pairwise in double (log2(VEC) dependent adds, not VEC).
+      double sq[VEC];
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const float f = C::to_float(sv[k].v[e]);
-        acc += static_cast<double>(__fmul_rn(f, f));
+        sq[e] = static_cast<double>(__fmul_rn(f, f));
       }
+#pragma unroll
+      for (int n = VEC / 2; n > 0; n /= 2) {
+#pragma unroll
+        for (int e = 0; e < n; ++e) sq[e] += sq[e + n];
+      }
+      acc += sq[0];
       if constexpr (HAS_RES) store<ALIGNED, Hint::kStream>(vec_at<VEC>(res, v), sv[k]);
       if (s.smem_stash && s.ntiles > 1) store<true>(vec_at<VEC>(stash, v - v_begin), sv[k]);
     }
@@ -381,7 +402,10 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   const int group = nw == 1 ? 1 : 1 << (32 - __clz(nw - 1));
   const int w_idx = lane & (group - 1);
   double sum_sq = w_idx < nw ? red[threadIdx.y * kMaxWarpsPerRow + w_idx] : 0.0;
-  for (int off = group / 2; off > 0; off /= 2) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, off);
+#pragma unroll
+  for (int off = kMaxWarpsPerRow / 2; off > 0; off /= 2) {
+    if (off < group) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, off);
+  }
   if (clustered) {
     cluster_wait();  // every CTA of the cluster has started
     if (tx < s.cluster) store_to_cluster_rank(cluster_red + rank, static_cast<unsigned>(tx), sum_sq);
@@ -462,6 +486,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
 // ---- Host side: instantiate and launch (one .cu per T instantiates launch<T>) ----
 #include <c10/cuda/CUDAException.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -469,12 +494,16 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
 namespace fp8norm {
 namespace cuda {
 
-// CTAs of `kernel` the current device holds at once (occupancy x SMs), cached per kernel,
-// device, CTA size and shared memory.
+// How many CTAs of `kernel` one SM holds at once, and the SMs of the current device; cached
+// per kernel, device, CTA size and shared memory.
+struct Residency {
+  int64_t per_sm = 1;
+  int64_t sms = 1;
+};
 template <typename K>
-int64_t resident_ctas(K* kernel, unsigned threads, size_t smem) {
+Residency residency(K* kernel, unsigned threads, size_t smem) {
   static std::mutex mu;
-  static std::map<std::tuple<int, unsigned, size_t>, int64_t> cache;
+  static std::map<std::tuple<int, unsigned, size_t>, Residency> cache;
   int device = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
   const std::lock_guard<std::mutex> lock(mu);
@@ -484,7 +513,7 @@ int64_t resident_ctas(K* kernel, unsigned threads, size_t smem) {
   int per_sm = 0, sms = 0;
   C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, static_cast<int>(threads), smem));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return cache.emplace(key, int64_t{per_sm} * sms).first->second;
+  return cache.emplace(key, Residency{std::max(per_sm, 1), std::max(sms, 1)}).first->second;
 }
 
 template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT>
@@ -519,9 +548,23 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
   lc.attrs = attrs;
   lc.numAttrs = n;
   TileShape shape = cfg.shape;
-  if (cfg.prefetch_pct > 0 && shape.cluster == 1) {
-    shape.prefetch_ctas = static_cast<int>(
-        resident_ctas(kernel, lc.blockDim.x * lc.blockDim.y, cfg.smem_bytes) * cfg.prefetch_pct / 100);
+  if (cfg.pdl || cfg.prefetch_pct != 0) {
+    const Residency r = residency(kernel, lc.blockDim.x * lc.blockDim.y, cfg.smem_bytes);
+    const int64_t resident = r.per_sm * r.sms;
+    // PDL: release the next grid at the start, unless this grid is one wave that takes more
+    // than half the CTA slots and an SM could hold more of the next grid's CTAs than its even
+    // share: then the next grid's CTAs, placed as slots free up, pile onto the SMs that finish
+    // first (M = 512, H = 5120: 10.4 µs with an early release, 7.9 without PDL; v5).
+    shape.release_early = !(ctas <= resident && 2 * ctas > resident && r.per_sm > (ctas + r.sms - 1) / r.sms);
+    // L2 prefetch distance: the next wave when the grid is at most two waves, else half a wave
+    // (benchmarks/NOTES.md, v5); FP8NORM_TUNE=prefetch=P: P percent of a wave (0: off).
+    if (shape.cluster == 1 && cfg.prefetch_pct != 0) {
+      const int64_t pct = cfg.prefetch_pct > 0 ? cfg.prefetch_pct
+                          : ctas <= resident   ? 0  // one wave: every row is read at the start
+                          : ctas <= 2 * resident ? 100
+                                                 : 50;
+      shape.prefetch_ctas = pct == 0 ? 0 : static_cast<int>(std::max<int64_t>(1, resident * pct / 100));
+    }
   }
   C10_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, a, shape));
   C10_CUDA_KERNEL_LAUNCH_CHECK();

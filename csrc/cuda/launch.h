@@ -28,6 +28,7 @@ struct TileShape {
   double inv_hidden = 0.0;  // 1.0 / H (for the mean of the squares, off the critical path)
   int prefetch_ctas = 0;    // ask L2 for the input and residual rows of the CTA this many CTAs
                             // ahead (0: off; cluster == 1 only; aligned rows only)
+  bool release_early = true;  // PDL: let the next grid launch as soon as this one has started
 };
 
 struct LaunchConfig {
@@ -37,8 +38,9 @@ struct LaunchConfig {
   int vpt = 1;            // 16-byte vectors per thread per tile: 1 or 4
   size_t smem_bytes = 0;  // dynamic shared memory per CTA
   bool pdl = false;       // programmatic dependent launch (sm_90+)
-  int prefetch_pct = 0;   // L2 prefetch distance in percent of the CTAs resident at once (the
-                          // launcher turns it into shape.prefetch_ctas; 0: off)
+  int prefetch_pct = -1;  // L2 prefetch distance in percent of the CTAs resident at once (the
+                          // launcher turns it into shape.prefetch_ctas; 0: off; -1: by the
+                          // number of waves)
 };
 
 // T is __nv_bfloat16, __half or float. aligned: every row start of input, residual, weight and
