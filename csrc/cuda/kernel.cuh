@@ -115,12 +115,9 @@ __device__ __forceinline__ T* vec_at(T* row, int v) {
 // every access through it must name the space itself: the aligned kernels' global accesses
 // are all 16-, 8- or 4-byte hinted ones (ld.global.cs / .nc, st.global.cs), the unaligned
 // kernels' element accesses keep the plain pointer.
-#ifndef FP8NORM_OPAQUE_ROWS
-#define FP8NORM_OPAQUE_ROWS 1
-#endif
 template <bool ALIGNED, typename P>
 __device__ __forceinline__ P* row_start(P* p) {
-  if constexpr (ALIGNED && FP8NORM_OPAQUE_ROWS) asm("" : "+l"(p));
+  if constexpr (ALIGNED) asm("" : "+l"(p));
   return p;
 }
 
@@ -280,7 +277,7 @@ constexpr bool prefetch_weight() {
 // Registers: with 4 vectors per thread the aligned kernels are held to 64 registers, so that
 // two CTAs of 512 threads fit on an SM (at 75 registers only one did: H = 16384 at large M fell
 // from 89% to 75% of copy, benchmarks/NOTES.md v3; -DFP8NORM_VPT4_MIN_CTAS=1 lifts the cap).
-// bf16 / fp16 do not spill, fp32 spills 4 bytes, a float32 weight 52-72 bytes (ptxas, v4).
+// bf16 / fp16 / fp32 do not spill, a float32 weight 24-48 bytes (ptxas, v5).
 // Unaligned rows keep every register.
 template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT>
 __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED ? FP8NORM_VPT4_MIN_CTAS : 1)
@@ -495,7 +492,8 @@ namespace fp8norm {
 namespace cuda {
 
 // How many CTAs of `kernel` one SM holds at once, and the SMs of the current device; cached
-// per kernel, device, CTA size and shared memory.
+// per kernel, device, CTA size and shared memory (every kernel has the same type: the key
+// holds its address).
 struct Residency {
   int64_t per_sm = 1;
   int64_t sms = 1;
@@ -503,11 +501,11 @@ struct Residency {
 template <typename K>
 Residency residency(K* kernel, unsigned threads, size_t smem) {
   static std::mutex mu;
-  static std::map<std::tuple<int, unsigned, size_t>, Residency> cache;
+  static std::map<std::tuple<const void*, int, unsigned, size_t>, Residency> cache;
   int device = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
   const std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(device, threads, smem);
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), device, threads, smem);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   int per_sm = 0, sms = 0;
@@ -554,7 +552,8 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
     // PDL: release the next grid at the start, unless this grid is one wave that takes more
     // than half the CTA slots and an SM could hold more of the next grid's CTAs than its even
     // share: then the next grid's CTAs, placed as slots free up, pile onto the SMs that finish
-    // first (M = 512, H = 5120: 10.4 µs with an early release, 7.9 without PDL; v5).
+    // first (M = 512, H = 5120: 10.4 µs with an early release, 7.9 without PDL, 7.55 with
+    // this rule; v5).
     shape.release_early = !(ctas <= resident && 2 * ctas > resident && r.per_sm > (ctas + r.sms - 1) / r.sms);
     // L2 prefetch distance: the next wave when the grid is at most two waves, else half a wave
     // (benchmarks/NOTES.md, v5); FP8NORM_TUNE=prefetch=P: P percent of a wave (0: off).
