@@ -28,6 +28,7 @@ int pow2_at_least(int64_t n) {
 }
 
 struct DeviceInfo {
+  int device = 0;    // CUDA device index
   int sms = 0;       // multiprocessors
   int max_smem = 0;  // shared memory per CTA (opt-in maximum), bytes
   int major = 0;     // compute capability major (9: Hopper; PDL and clusters from 9 on)
@@ -46,6 +47,7 @@ const DeviceInfo& device_info(int device) {
     return value;
   };
   DeviceInfo d;
+  d.device = device;
   d.sms = attribute(cudaDevAttrMultiProcessorCount);
   d.max_smem = attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
   d.major = attribute(cudaDevAttrComputeCapabilityMajor);
@@ -166,6 +168,8 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, cons
                        red_bytes + stash_bytes <= static_cast<size_t>(dev.max_smem);
   c.smem_bytes = red_bytes + (c.shape.smem_stash ? stash_bytes : 0);
   c.pdl = dev.major >= 9 && sw.pdl;
+  c.device = dev.device;
+  c.sms = dev.sms;
   c.shape.inv_hidden = 1.0 / static_cast<double>(hidden);
   // L2 prefetch of later rows (the distance is set at launch, from the occupancy): one CTA per
   // row and rows of one tile only. Rows of several tiles (H = 32768 / 65536 in bf16: 64-128 KiB

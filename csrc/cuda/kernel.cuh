@@ -491,27 +491,19 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
 namespace fp8norm {
 namespace cuda {
 
-// How many CTAs of `kernel` one SM holds at once, and the SMs of the current device; cached
-// per kernel, device, CTA size and shared memory (every kernel has the same type: the key
-// holds its address).
-struct Residency {
-  int64_t per_sm = 1;
-  int64_t sms = 1;
-};
+// How many CTAs of `kernel` one SM of `device` holds at once; cached per kernel, device, CTA
+// size and shared memory (every kernel has the same type: the key holds its address).
 template <typename K>
-Residency residency(K* kernel, unsigned threads, size_t smem) {
+int64_t ctas_per_sm(K* kernel, int device, unsigned threads, size_t smem) {
   static std::mutex mu;
-  static std::map<std::tuple<const void*, int, unsigned, size_t>, Residency> cache;
-  int device = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
+  static std::map<std::tuple<const void*, int, unsigned, size_t>, int64_t> cache;
   const std::lock_guard<std::mutex> lock(mu);
   const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), device, threads, smem);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  int per_sm = 0, sms = 0;
+  int per_sm = 0;
   C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, static_cast<int>(threads), smem));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return cache.emplace(key, Residency{std::max(per_sm, 1), std::max(sms, 1)}).first->second;
+  return cache.emplace(key, std::max(per_sm, 1)).first->second;
 }
 
 template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT>
@@ -547,17 +539,19 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
   lc.numAttrs = n;
   TileShape shape = cfg.shape;
   if (cfg.pdl || cfg.prefetch_pct != 0) {
-    const Residency r = residency(kernel, lc.blockDim.x * lc.blockDim.y, cfg.smem_bytes);
-    const int64_t resident = r.per_sm * r.sms;
+    const int64_t per_sm = ctas_per_sm(kernel, cfg.device, lc.blockDim.x * lc.blockDim.y, cfg.smem_bytes);
+    const int64_t sms = cfg.sms;
+    const int64_t resident = per_sm * sms;
     // PDL: release the next grid at the start, unless this grid is one wave that takes more
     // than half the CTA slots and an SM could hold more of the next grid's CTAs than its even
     // share: then the next grid's CTAs, placed as slots free up, pile onto the SMs that finish
     // first (M = 512, H = 5120: 10.4 µs with an early release, 7.9 without PDL, 7.55 with
     // this rule; v5).
-    shape.release_early = !(ctas <= resident && 2 * ctas > resident && r.per_sm > (ctas + r.sms - 1) / r.sms);
+    shape.release_early = !(ctas <= resident && 2 * ctas > resident && per_sm > (ctas + sms - 1) / sms);
     // L2 prefetch distance: the next wave when the grid is at most two waves, else half a wave
-    // (benchmarks/NOTES.md, v5); FP8NORM_TUNE=prefetch=P: P percent of a wave (0: off).
-    if (shape.cluster == 1 && cfg.prefetch_pct != 0) {
+    // (benchmarks/NOTES.md, v5); FP8NORM_TUNE=prefetch=P: P percent of a wave (0: off; the
+    // launch table sets 0 where the prefetch does not apply).
+    if (cfg.prefetch_pct != 0) {
       const int64_t pct = cfg.prefetch_pct > 0 ? cfg.prefetch_pct
                           : ctas <= resident   ? 0  // one wave: every row is read at the start
                           : ctas <= 2 * resident ? 100

@@ -38,6 +38,8 @@ struct LaunchConfig {
   int vpt = 1;            // 16-byte vectors per thread per tile: 1 or 4
   size_t smem_bytes = 0;  // dynamic shared memory per CTA
   bool pdl = false;       // programmatic dependent launch (sm_90+)
+  int device = 0;         // the CUDA device launched on, and its multiprocessors (for the
+  int sms = 1;            // occupancy-based choices made at launch)
   int prefetch_pct = -1;  // L2 prefetch distance in percent of the CTAs resident at once (the
                           // launcher turns it into shape.prefetch_ctas; 0: off; -1: by the
                           // number of waves)
