@@ -2,7 +2,10 @@
 
     ncu -k regex:fused_add --cache-control none --clock-control none \
         python3 benchmarks/profile_shapes.py 1x2048 1x16384 2048x4096 16384x4096
-Shapes are MxH (bf16). Each shape runs CALLS (default 3) times.
+Shapes are MxH (bf16). Each shape runs CALLS (default 3) times; with COPY=1 each shape also runs
+a copy of the same bytes (torch.bitwise_or(src, 0, out=dst), the benchmark's copy kernel) as
+often, to compare DRAM counters with it (ncu -k regex:"fused_add|elementwise"). SCALE=row: block
+scales row-major (M, H / 128) instead of the DeepSeek-style column-major layout.
 """
 import os
 import sys
@@ -21,10 +24,19 @@ def main(shapes):
         r = torch.randn(m, h, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(h, device="cuda", dtype=torch.bfloat16)
         out = torch.empty(m, h, dtype=torch.float8_e4m3fn, device="cuda")
-        scale = torch.empty(h // 128, (m + 3) // 4 * 4, device="cuda").t()[:m]
+        if os.environ.get("SCALE") == "row":  # row-major block scales (default: column-major)
+            scale = torch.empty(m, h // 128, device="cuda")
+        else:
+            scale = torch.empty(h // 128, (m + 3) // 4 * 4, device="cuda").t()[:m]
         normed = torch.empty(m, h, dtype=torch.bfloat16, device="cuda")
         for _ in range(calls):
             op(x, r, w, 1e-6, False, out=out, block_scale=scale, normed_out=normed)
+        if os.environ.get("COPY") == "1":
+            n = 9 * m * h + 4 * m * (h // 128) + 2 * h  # the benchmark's byte model (bf16)
+            src = torch.randint(0, 2**31 - 1, ((n // 2 + 3) // 4,), dtype=torch.int32, device="cuda")
+            dst = torch.empty_like(src)
+            for _ in range(calls):
+                torch.bitwise_or(src, 0, out=dst)
         torch.cuda.synchronize()
     print("profiled", shapes)
 
