@@ -27,9 +27,6 @@ SWITCHES = [
     {"FP8NORM_TUNE": "cta=1024"},                # up to 32 rows per CTA (last CTA partly idle)
     {"FP8NORM_TUNE": "prefetch=1"},              # L2 prefetch of the rows a few CTAs ahead
     {"FP8NORM_TUNE": "cta=1024,prefetch=1"},     # ... with rows past M in the last CTA
-    {"FP8NORM_TUNE": "stage=1"},                 # block scales staged in every one-CTA-per-row launch
-    {"FP8NORM_TUNE": "stage=1,cta=1024,vpt=1"},  # ... with many rows per CTA, rows past M
-    {"FP8NORM_TUNE": "stage=0"},                 # ... and in none
 ]
 
 # Shapes x options: odd block counts (1152: 9 blocks), long rows (fp32 65536: a slice over

@@ -62,9 +62,7 @@ const DeviceInfo& device_info(int device) {
 //                              stash=0 (no shared-memory stash: multi-tile slices re-read the
 //                              residual), cta=<threads> (rows per CTA: aim for this many threads),
 //                              prefetch=<percent> (L2 prefetch of the rows that many percent of
-//                              a wave of CTAs ahead; 0: off; default: by the number of waves),
-//                              stage=<0|1> (block scales collected in shared memory and written
-//                              per CTA; default: CTAs of several rows, M >= SMs)
+//                              a wave of CTAs ahead; 0: off; default: by the number of waves)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 256;  // decode split: aim for at most this many vectors per CTA
@@ -73,7 +71,6 @@ struct Switches {
   bool stash = true;
   int cta_threads = 256;
   int prefetch_pct = -1;
-  int stage = -1;  // -1: from the table
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -99,7 +96,6 @@ const Switches& switches() {
       s.stash = tune_value(spec, "stash", 1) != 0;
       s.cta_threads = std::clamp(tune_value(spec, "cta", s.cta_threads), 32, 1024);
       s.prefetch_pct = std::clamp(tune_value(spec, "prefetch", s.prefetch_pct), -1, 1000);
-      s.stage = std::clamp(tune_value(spec, "stage", s.stage), -1, 1);
     }
     return s;
   }();
@@ -171,14 +167,6 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, cons
   c.shape.smem_stash = sw.stash && c.shape.ntiles > 1 &&
                        red_bytes + stash_bytes <= static_cast<size_t>(dev.max_smem);
   c.smem_bytes = red_bytes + (c.shape.smem_stash ? stash_bytes : 0);
-  // Block scales staged per CTA (one CTA per row group): by default for CTAs of several rows
-  // (a column-major layout's stores then cover several rows each) and M >= SMs (many rows: L2
-  // requests count; for fewer rows the extra barrier would only add latency).
-  const size_t stage_bytes = sizeof(float) * static_cast<size_t>(c.rows_per_cta * nblocks);
-  const bool stage_auto = sw.stage == -1 && rows >= dev.sms && c.rows_per_cta >= 2;
-  c.shape.stage_scales = c.shape.cluster == 1 && (sw.stage == 1 || stage_auto) &&
-                         c.smem_bytes + stage_bytes <= static_cast<size_t>(dev.max_smem);
-  if (c.shape.stage_scales) c.smem_bytes += stage_bytes;
   c.pdl = dev.major >= 9 && sw.pdl;
   c.device = dev.device;
   c.sms = dev.sms;

@@ -93,16 +93,9 @@ __device__ __forceinline__ uint4 load16(const uint4* p) {
 }
 
 // One store of a 16-, 8- or 4-byte value with the cache hint.
-// Measurement flag: -DFP8NORM_STORE_WB=1 stores with st.global.wb (default L2 policy) where
-// kStream would store with st.global.cs (evict first).
-#ifndef FP8NORM_STORE_WB
-#define FP8NORM_STORE_WB 0
-#endif
 template <Hint H, typename V>
 __device__ __forceinline__ void store_hinted(V* p, V v) {
-  if constexpr (kCacheHints && H == Hint::kStream && FP8NORM_STORE_WB) {
-    __stwb(p, v);
-  } else if constexpr (kCacheHints && H == Hint::kStream) {
+  if constexpr (kCacheHints && H == Hint::kStream) {
     __stcs(p, v);
   } else {
     *p = v;
@@ -265,13 +258,6 @@ __device__ __forceinline__ void store_to_cluster_rank(double* local, unsigned ra
 
 constexpr int kMaxWarpsPerRow = 32;
 
-// Measurement flag: -DFP8NORM_LATE_RESIDUAL=1 stores the new residual of one-tile slices in
-// pass 2, with normed and fp8, instead of in pass 1 right after the loads.
-#ifndef FP8NORM_LATE_RESIDUAL
-#define FP8NORM_LATE_RESIDUAL 0
-#endif
-constexpr bool kLateResidual = FP8NORM_LATE_RESIDUAL != 0;
-
 // Load the weight of a slice's last tile in pass 1, with the row, so that its latency overlaps
 // the reduction (a decode-size call is one chain of latencies). With 1 vector per thread only by
 // default: with 4 it costs 16-32 registers (64 -> 84 for bf16, 3 CTAs of 256 threads per SM
@@ -301,13 +287,11 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   static_assert(LPB <= 32 && 32 % LPB == 0, "a 1x128 block must sit inside one warp");
   using C = Cvt<T>;
 
-  // Shared memory: red[rows_per_cta][kMaxWarpsPerRow], cluster_red[kMaxCluster], stash (if
-  // s.smem_stash), scale_stage[H / 128][rows_per_cta] (if s.stage_scales).
+  // Shared memory: red[rows_per_cta][kMaxWarpsPerRow], cluster_red[kMaxCluster], stash.
   extern __shared__ __align__(16) unsigned char smem[];
   double* red = reinterpret_cast<double*>(smem);
   double* cluster_red = red + kMaxWarpsPerRow * blockDim.y;
   T* stash = reinterpret_cast<T*>(cluster_red + kMaxCluster);
-  float* scale_stage = reinterpret_cast<float*>(stash + (s.smem_stash ? s.slice_vecs * VEC : 0));
 
   const bool clustered = s.cluster > 1;  // then blockDim.y == 1 and gridDim.x == rows * cluster
   if (clustered) cluster_arrive_relaxed();
@@ -328,10 +312,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   const W* w = static_cast<const W*>(a.weight);
   T* normed = a.normed ? row_start<ALIGNED>(static_cast<T*>(a.normed) + safe_row * a.normed_stride) : nullptr;
   uint8_t* out = row_start<ALIGNED>(static_cast<uint8_t*>(a.out) + safe_row * a.out_stride);
-  // A block's scale goes to scale_dst[block * scale_step]: the row's scales in global memory,
-  // or the CTA's staging area in shared memory (one pointer either way: no extra registers).
-  float* const scale_dst = s.stage_scales ? scale_stage + threadIdx.y : a.block_scale + safe_row * a.scale_stride_row;
-  const int64_t scale_step = s.stage_scales ? static_cast<int64_t>(blockDim.y) : a.scale_stride_col;
+  float* scale_row = a.block_scale + safe_row * a.scale_stride_row;
 
   // Vectors past the slice's end (or of a row past M) are not loaded, and their results are
   // never stored: pass 2 computes on whatever their registers hold (opaque_fill), instead of
@@ -398,9 +379,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
         for (int e = 0; e < n; ++e) sq[e] += sq[e + n];
       }
       acc += sq[0];
-      if constexpr (HAS_RES) {
-        if (!kLateResidual || s.ntiles > 1) store<ALIGNED, Hint::kStream>(vec_at<VEC>(res, v), sv[k]);
-      }
+      if constexpr (HAS_RES) store<ALIGNED, Hint::kStream>(vec_at<VEC>(res, v), sv[k]);
       if (s.smem_stash && s.ntiles > 1) store<true>(vec_at<VEC>(stash, v - v_begin), sv[k]);
     }
   }
@@ -475,9 +454,6 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
         g[e] = C::to_float(nv.v[e]);
         amax = max(amax, abs_bits(g[e]));
       }
-      if constexpr (HAS_RES && kLateResidual) {
-        if (valid && s.ntiles == 1) store<ALIGNED, Hint::kStream>(vec_at<VEC>(res, v), sv[k]);
-      }
       if (valid && normed != nullptr) store<ALIGNED, Hint::kStream>(vec_at<VEC>(normed, v), nv);
 #pragma unroll
       for (int off = LPB / 2; off > 0; off /= 2) {
@@ -495,35 +471,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
       }
       if (valid) {
         store_fp8<ALIGNED, VEC>(vec_at<VEC>(out, v), words);
-        if (tx % LPB == 0) scale_dst[(v / LPB) * scale_step] = scale;
-      }
-    }
-  }
-
-  // The staged block scales of the CTA's rows, written with consecutive lanes on consecutive
-  // addresses: for a column-major layout (DeepGEMM's) the CTA's rows of one column, else the
-  // blocks of one row. A warp's stores to one column then make one L2 request, where each row's
-  // own store made one per scale: at large M those partial-sector requests were ~10% of all the
-  // kernel's L2 requests, and the L2 fabric, not DRAM, was the busiest unit (benchmarks/NOTES.md,
-  // v6). One warp writes them, after the others have staged theirs: they arrive at a named
-  // barrier and exit, it waits there (a CTA-wide barrier held every warp until the slowest row:
-  // M = 16384, H = 1152 3.6% slower, v6).
-  if (s.stage_scales) {
-    const unsigned nthreads = blockDim.x * blockDim.y;
-    if (threadIdx.y != 0 || tx >= 32) {
-      asm volatile("bar.arrive 1, %0;" ::"r"(nthreads) : "memory");
-      return;
-    }
-    asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
-    const int R = static_cast<int>(blockDim.y);
-    const int nb = static_cast<int>(a.hidden / kBlock);
-    const int64_t row0 = static_cast<int64_t>(cluster_index()) * R;
-    const bool by_rows = a.scale_stride_row <= a.scale_stride_col;
-    for (int i = tx; i < nb * R; i += 32) {
-      const int b = by_rows ? i / R : i % nb;
-      const int j = by_rows ? i % R : i / nb;
-      if (row0 + j < a.rows) {
-        a.block_scale[(row0 + j) * a.scale_stride_row + b * a.scale_stride_col] = scale_stage[b * R + j];
+        if (tx % LPB == 0) scale_row[(v / LPB) * a.scale_stride_col] = scale;
       }
     }
   }

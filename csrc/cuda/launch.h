@@ -29,9 +29,6 @@ struct TileShape {
   int prefetch_ctas = 0;    // ask L2 for the input and residual rows of the CTA this many CTAs
                             // ahead (0: off; cluster == 1 only; aligned rows only)
   bool release_early = true;  // PDL: let the next grid launch as soon as this one has started
-  bool stage_scales = false;  // cluster == 1 only: the CTA's block scales are collected in shared
-                              // memory and written at the end, consecutive lanes on consecutive
-                              // addresses (see kernel.cuh)
 };
 
 struct LaunchConfig {
