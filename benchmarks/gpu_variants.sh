@@ -14,6 +14,7 @@
 #   BENCH_ARGS='...'         extra arguments for every benchmark run
 set -uo pipefail
 out=${OUT:-gpu-out}
+rm -rf /tmp/bench  # a warm machine keeps /tmp: no variant JSON of an earlier call may join this table
 mkdir -p "$out" /tmp/bench
 export MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a} PYTHONUNBUFFERED=1
 here=$(pwd)
