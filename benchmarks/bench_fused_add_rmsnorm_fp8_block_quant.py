@@ -45,6 +45,19 @@ def byte_count(m: int, h: int, dtype: torch.dtype, normed: bool = True) -> int:
     return per_elem * m * h + 4 * m * (h // 128) + e * h
 
 
+def column_major_scales(m: int, h: int, device) -> torch.Tensor:
+    """An uninitialized block_scale [M, H/128] in the layout the functional ops return."""
+    return torch.empty_strided((m, h // 128), torch_fp8norm.block_scale_layout_strides(m),
+                               dtype=torch.float32, device=device)
+
+
+def copy_buffers(nbytes: int, device):
+    """(src, dst) int32 buffers of nbytes / 2 each: a copy between them moves nbytes (half read,
+    half written), the op's "% of copy" baseline."""
+    src = torch.randint(0, 2**31 - 1, ((nbytes // 2 + 3) // 4,), dtype=torch.int32, device=device)
+    return src, torch.empty_like(src)
+
+
 def time_cuda(fn, calls: int, replays: int) -> float:
     """Median µs per call. A CUDA graph holds `calls` back-to-back calls; each timed sample
     replays it back to back for >= ~0.5 ms (so that the GPU stays busy and clocked up, and launch
@@ -96,16 +109,12 @@ def bench_shape(m, h, dtype, device, args, compiled_ref):
     r = torch.randn(m, h, generator=gen).to(dtype).to(device)
     w = (torch.randn(h, generator=gen) * 0.5 + 1).to(dtype).to(device)
     out = torch.empty(m, h, dtype=torch.float8_e4m3fn, device=device)
-    scale = torch.empty(h // 128, (m + 3) // 4 * 4, device=device).t()[:m]
+    scale = column_major_scales(m, h, device)
     normed = torch.empty(m, h, dtype=dtype, device=device)
     op = torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out
     nbytes = byte_count(m, h, dtype)
     nbytes_nonormed = byte_count(m, h, dtype, normed=False)
-    copies = {}
-    for key, n in (("copy", nbytes), ("copy_nonormed", nbytes_nonormed)):
-        src = torch.randint(0, 2**31 - 1, ((n // 2 + 3) // 4,), dtype=torch.int32, device=device)
-        dst = torch.empty_like(src)
-        copies[key] = (src, dst)
+    copies = {"copy": copy_buffers(nbytes, device), "copy_nonormed": copy_buffers(nbytes_nonormed, device)}
 
     timer = time_cuda if device == "cuda" else time_cpu
     big = m * h >= (1 << 24)

@@ -17,7 +17,7 @@ import sys
 import torch
 
 import torch_fp8norm  # noqa: F401
-from bench_fused_add_rmsnorm_fp8_block_quant import byte_count, time_cuda
+from bench_fused_add_rmsnorm_fp8_block_quant import byte_count, column_major_scales, time_cuda
 
 SKEWS = [0, 4352]
 MIB2 = 2 << 20
@@ -44,7 +44,7 @@ def main(shapes):
         x0 = torch.randn(m, h, generator=gen).to(torch.bfloat16).cuda()
         r0 = torch.randn(m, h, generator=gen).to(torch.bfloat16).cuda()
         w = (torch.randn(h, generator=gen) * 0.5 + 1).to(torch.bfloat16).cuda()
-        scale_col = torch.empty(h // 128, (m + 3) // 4 * 4, device="cuda").t()[:m]
+        scale_col = column_major_scales(m, h, "cuda")
         scale_row = torch.empty(m, h // 128, device="cuda")
         n = byte_count(m, h, torch.bfloat16)
         rows = []

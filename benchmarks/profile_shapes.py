@@ -13,6 +13,7 @@ import sys
 import torch
 
 import torch_fp8norm  # noqa: F401
+from bench_fused_add_rmsnorm_fp8_block_quant import byte_count, column_major_scales, copy_buffers
 
 
 def main(shapes):
@@ -27,14 +28,12 @@ def main(shapes):
         if os.environ.get("SCALE") == "row":  # row-major block scales (default: column-major)
             scale = torch.empty(m, h // 128, device="cuda")
         else:
-            scale = torch.empty(h // 128, (m + 3) // 4 * 4, device="cuda").t()[:m]
+            scale = column_major_scales(m, h, "cuda")
         normed = torch.empty(m, h, dtype=torch.bfloat16, device="cuda")
         for _ in range(calls):
             op(x, r, w, 1e-6, False, out=out, block_scale=scale, normed_out=normed)
         if os.environ.get("COPY") == "1":
-            n = 9 * m * h + 4 * m * (h // 128) + 2 * h  # the benchmark's byte model (bf16)
-            src = torch.randint(0, 2**31 - 1, ((n // 2 + 3) // 4,), dtype=torch.int32, device="cuda")
-            dst = torch.empty_like(src)
+            src, dst = copy_buffers(byte_count(m, h, torch.bfloat16), "cuda")
             for _ in range(calls):
                 torch.bitwise_or(src, 0, out=dst)
         torch.cuda.synchronize()

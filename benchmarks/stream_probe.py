@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from bench_fused_add_rmsnorm_fp8_block_quant import byte_count, time_cuda
+from bench_fused_add_rmsnorm_fp8_block_quant import byte_count, copy_buffers, time_cuda
 
 
 @triton.jit
@@ -45,9 +45,7 @@ def main(shapes):
             _streams[grid](x, r, r2, n, o, BLOCK=block, num_warps=4)
             torch.cuda.synchronize()
             continue
-        nbytes = byte_count(m, h, torch.bfloat16)
-        src = torch.randint(0, 2**31 - 1, ((nbytes // 2 + 3) // 4,), dtype=torch.int32, device="cuda")
-        dst = torch.empty_like(src)
+        src, dst = copy_buffers(byte_count(m, h, torch.bfloat16), "cuda")
         rows = [
             ("copy (same bytes)", time_cuda(lambda: torch.bitwise_or(src, 0, out=dst), calls, replays)),
             ("inplace", time_cuda(lambda: _streams[grid](x, r, r, n, o, BLOCK=block, num_warps=4), calls, replays)),
