@@ -39,6 +39,7 @@ def main(shapes):
         m, h = (int(v) for v in shape.split("x"))
         x, r, r2, n = (torch.randn(m, h, device="cuda").to(torch.bfloat16) for _ in range(4))
         o = torch.empty(m, h, dtype=torch.float8_e4m3fn, device="cuda")
+        assert m * h % block == 0, f"M x H must be a multiple of {block} (the kernel has no tail)"
         grid = (m * h // block,)
         if os.environ.get("PROFILE") == "1":  # each kernel once, for ncu -k regex:_streams
             _streams[grid](x, r, r, n, o, BLOCK=block, num_warps=4)
