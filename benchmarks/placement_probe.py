@@ -68,7 +68,7 @@ def main(shapes):
             out = v[3].view(torch.float8_e4m3fn).view(m, h)
             rows.append((f"skew {skew}", time_op(x, r, normed, out)))
             del v, x, r, normed, out
-        for skew in (0, 4352):
+        for skew in SKEWS:  # the copy at the same placements
             src, dst = (t.view(torch.int32) for t in carve([n // 2 // 4 * 4] * 2, skew))
             src.fill_(7)
             rows.append((f"copy, skew {skew}", time_cuda(lambda: torch.bitwise_or(src, 0, out=dst), calls, replays)))
