@@ -5,7 +5,8 @@ each: when the buffers' base addresses agree in their low bits, the same row of 
 may map to the same DRAM channels at the same time. This times the op (and the same-bytes copy)
 with every buffer carved from one allocation at chosen offsets: stream i at a 2 MiB boundary
 plus i * SKEW bytes, for a few SKEW values, beside separately allocated tensors (the benchmark's
-case); and the block scales row-major (M, H / 128) beside the benchmark's column-major layout.
+case); and the block scales row-major (M, H / 128), or column-major with a padded column stride,
+beside the benchmark's column-major layout.
 Same timing as the benchmark (CUDA-graph replays).
 
     python benchmarks/placement_probe.py [MxH ...]     (default 16384x4096 16384x2048)
@@ -20,6 +21,7 @@ import torch_fp8norm  # noqa: F401
 from bench_fused_add_rmsnorm_fp8_block_quant import byte_count, column_major_scales, time_cuda
 
 SKEWS = [0, 4352]
+COL_PADS = [32, 1024]  # column-major block scales with the column stride M + pad (floats)
 MIB2 = 2 << 20
 
 
@@ -59,6 +61,10 @@ def main(shapes):
         out = torch.empty(m, h, dtype=torch.float8_e4m3fn, device="cuda")
         rows.append(("separate", time_op(x, r, normed, out)))
         rows.append(("row-major scales", time_op(x, r, normed, out, scale_row)))
+        for pad in COL_PADS:
+            nb = h // 128
+            padded = torch.empty((nb - 1) * (m + pad) + m, device="cuda").as_strided((m, nb), (1, m + pad))
+            rows.append((f"column stride M + {pad}", time_op(x, r, normed, out, padded)))
         rows.append(("no normed", time_op(x, r, None, out)))
         rows.append(("no normed, row-major scales", time_op(x, r, None, out, scale_row)))
         del x, r, normed, out
