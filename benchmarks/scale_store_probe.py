@@ -1,8 +1,8 @@
 """Block-scale stores with an L2 evict_last cache policy: does the gain hold when every call
 writes a different block_scale, and do the evict_last lines left in L2 slow the kernels after?
 
-Run it once per build that differs only in FP8NORM_SCALE_STORE (benchmarks/NOTES.md, v7), same
-machine, same session; compare the builds' lines:
+Run it once per build that differs only in FP8NORM_SCALE_STORE (a build flag of commit 9eedded,
+reverted after: benchmarks/NOTES.md, v7), same machine, same session; compare the builds' lines:
   one       the benchmark's case: every call writes the same block_scale.
   rotating  a CUDA graph of ROT calls, each writing its own block_scale (ROT x the scale bytes:
             128 MiB at 16384 x 4096, more than the L2).

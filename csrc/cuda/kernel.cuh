@@ -256,32 +256,6 @@ __device__ __forceinline__ void store_to_cluster_rank(double* local, unsigned ra
 #endif
 }
 
-// EXPERIMENT (session 6): the block-scale store's cache policy. 0: plain st.global; 1: .cs
-// (evict first, like the data); 2 / 3 / 4: st.global.L2::cache_hint with an L2 evict_last /
-// evict_normal / evict_unchanged policy (createpolicy; sm_90+).
-#ifndef FP8NORM_SCALE_STORE
-#define FP8NORM_SCALE_STORE 0
-#endif
-#if FP8NORM_SCALE_STORE == 2
-#define FP8NORM_SCALE_POLICY "evict_last"
-#elif FP8NORM_SCALE_STORE == 3
-#define FP8NORM_SCALE_POLICY "evict_normal"
-#elif FP8NORM_SCALE_STORE == 4
-#define FP8NORM_SCALE_POLICY "evict_unchanged"
-#endif
-__device__ __forceinline__ void store_scale(float* p, float v) {
-#if FP8NORM_SCALE_STORE == 1
-  __stcs(p, v);
-#elif defined(FP8NORM_SCALE_POLICY) && FP8NORM_SM90
-  asm volatile(
-      "{\n .reg .b64 pol, ga;\n cvta.to.global.u64 ga, %0;\n"
-      " createpolicy.fractional.L2::" FP8NORM_SCALE_POLICY ".b64 pol, 1.0;\n"
-      " st.global.L2::cache_hint.f32 [ga], %1, pol;\n}" ::"l"(p), "f"(v) : "memory");
-#else
-  *p = v;
-#endif
-}
-
 constexpr int kMaxWarpsPerRow = 32;
 
 // Load the weight of a slice's last tile in pass 1, with the row, so that its latency overlaps
@@ -497,7 +471,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
       }
       if (valid) {
         store_fp8<ALIGNED, VEC>(vec_at<VEC>(out, v), words);
-        if (tx % LPB == 0) store_scale(scale_row + (v / LPB) * a.scale_stride_col, scale);
+        if (tx % LPB == 0) scale_row[(v / LPB) * a.scale_stride_col] = scale;
       }
     }
   }
