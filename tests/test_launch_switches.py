@@ -1,8 +1,9 @@
 """The CUDA kernel under every launch shape the table can pick, forced through the environment
 switches (FP8NORM_PDL, FP8NORM_TUNE; read once per process, so each setting runs in a fresh
 interpreter): clusters of 2..8 CTAs per row with even and uneven slices, several tiles per
-slice with and without the shared-memory stash, 1 and 4 vectors per thread, launches
-without programmatic dependent launch, and the L2 prefetch of later rows. Each case is
+slice with and without the shared-memory stash, 1 and 4 vectors per thread, rows in whole
+warps or in half-warps, launches without programmatic dependent launch, and the L2 prefetch of
+later rows. Each case is
 checked against the full contract."""
 import os
 import subprocess
@@ -27,16 +28,18 @@ SWITCHES = [
     {"FP8NORM_TUNE": "cta=1024"},                # up to 32 rows per CTA (last CTA partly idle)
     {"FP8NORM_TUNE": "prefetch=1"},              # L2 prefetch of the rows a few CTAs ahead
     {"FP8NORM_TUNE": "cta=1024,prefetch=1"},     # ... with rows past M in the last CTA
+    {"FP8NORM_TUNE": "half=0"},                  # rows in whole warps only (no half-warp rows)
 ]
 
-# Shapes x options: odd block counts (1152: 9 blocks), long rows (fp32 65536: a slice over
+# Shapes x options: odd block counts (1152: 9 blocks; 1408: 11, in half-warp rows of 48 threads
+# with 4 vectors each at M = 1030, the last CTA half idle), long rows (fp32 65536: a slice over
 # shared memory re-read from global), M around the table's thresholds.
 CASES = """
 import torch
 from fp8norm_testing import Case, check_case
 for dtype in (torch.bfloat16, torch.float32, torch.float16):
     for i, (m, h) in enumerate([(1, 128), (1, 1152), (3, 5120), (2, 16384), (1, 65536),
-                                (130, 4096), (600, 1152), (5, 32768)]):
+                                (130, 4096), (600, 1152), (5, 32768), (1030, 1408)]):
         check_case(Case("cuda", dtype, m, h, fused=i % 3 != 2, pad=(0, 1, 128)[i % 3],
                         ue8m0=i % 2 == 0, weight_fp32=i % 4 == 1, normed_none=i % 5 == 3,
                         layout=("tma", "scaled_mm", "row_major")[i % 3]))

@@ -62,7 +62,8 @@ const DeviceInfo& device_info(int device) {
 //                              stash=0 (no shared-memory stash: multi-tile slices re-read the
 //                              residual), cta=<threads> (rows per CTA: aim for this many threads),
 //                              prefetch=<percent> (L2 prefetch of the rows that many percent of
-//                              a wave of CTAs ahead; 0: off; default: by the number of waves)
+//                              a wave of CTAs ahead; 0: off; default: by the number of waves),
+//                              half=0 (rows in whole warps only, no half-warp rows)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 256;  // decode split: aim for at most this many vectors per CTA
@@ -71,6 +72,7 @@ struct Switches {
   bool stash = true;
   int cta_threads = 256;
   int prefetch_pct = -1;
+  bool half_warps = true;
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -96,6 +98,7 @@ const Switches& switches() {
       s.stash = tune_value(spec, "stash", 1) != 0;
       s.cta_threads = std::clamp(tune_value(spec, "cta", s.cta_threads), 32, 1024);
       s.prefetch_pct = std::clamp(tune_value(spec, "prefetch", s.prefetch_pct), -1, 1000);
+      s.half_warps = tune_value(spec, "half", 1) != 0;
     }
     return s;
   }();
@@ -126,8 +129,13 @@ const Switches& switches() {
 //                       3.9; v4 full grid); only when the clusters take over half the SMs
 //                       (M = 1, H = 65536, one cluster: 3.94 µs with 1, 4.39 with 4; v4)
 //   threads per slice:  round_up(slice / vpt, 32), at most 1024 (vpt 1) or 512 (vpt 4); longer
-//                       slices take several tiles, kept in shared memory if they fit
+//                       slices take several tiles, kept in shared memory if they fit.
+//                       round_up(slice / vpt, 16) instead when that is fewer (half-warp rows:
+//                       H = 1152 in 48 threads, not 64 of which 28 idle), the row is one tile
+//                       of one CTA, a 1x128 block is at most 16 lanes (2-byte types), a row at
+//                       most 256 threads and a CTA holds two rows or more
 //   rows per CTA:       enough to make ~256 threads per CTA, when a row is one tile of one CTA
+//                       (an even number with half-warp rows: two rows share a warp)
 LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, const DeviceInfo& dev,
                            const Switches& sw) {
   const int64_t nvec = hidden * elem_size / 16;
@@ -159,9 +167,15 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, cons
   c.vpt = svec > 1024 || clustered_long || (many_rows && threads_for(4) < threads_for(1)) ? 4 : 1;
   if (sw.vpt != 0) c.vpt = sw.vpt;
   c.threads_x = static_cast<int>(threads_for(c.vpt));
-  c.shape.ntiles = static_cast<int>(ceil_div(svec, int64_t{c.threads_x} * c.vpt));
   const int cta_threads = std::min(sw.cta_threads, max_threads_per_cta(c.vpt));
+  const int64_t half_warp_rows = ceil_div(ceil_div(svec, c.vpt), 16) * 16;  // one tile: < threads_x
+  if (sw.half_warps && c.shape.cluster == 1 && lanes_per_block <= 16 && half_warp_rows < c.threads_x &&
+      half_warp_rows <= 256 && cta_threads / half_warp_rows >= 2) {
+    c.threads_x = static_cast<int>(half_warp_rows);
+  }
+  c.shape.ntiles = static_cast<int>(ceil_div(svec, int64_t{c.threads_x} * c.vpt));
   c.rows_per_cta = c.shape.ntiles == 1 && c.shape.cluster == 1 ? std::max(1, cta_threads / c.threads_x) : 1;
+  if (c.threads_x % 32 != 0) c.rows_per_cta &= ~1;  // half-warp rows: whole warps per CTA
   const size_t red_bytes = sizeof(double) * (32 * c.rows_per_cta + kMaxCluster);
   const size_t stash_bytes = static_cast<size_t>(svec * 16);
   c.shape.smem_stash = sw.stash && c.shape.ntiles > 1 &&
