@@ -302,8 +302,9 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   // (blockDim.x a multiple of 16, not of 32: then the launcher gives a CTA an even number of
   // rows, so that warps are full, a warp may hold the end of one row and the start of the
   // next, and only where a 1x128 block is at most 16 lanes and a row at most 16 half-warps).
-  const int seg = blockDim.x % 32 == 0 ? 32 : 16;  // lanes of a row's warp or half-warp
-  const int lane = (threadIdx.y * blockDim.x + tx) % 32;
+  const int seg_shift = (blockDim.x & 31) == 0 ? 5 : 4;  // shifts and masks, not divisions:
+  const int seg = 1 << seg_shift;                        // lanes of a row's warp or half-warp
+  const int lane = (threadIdx.y * blockDim.x + tx) & 31;
   const int64_t row = static_cast<int64_t>(cluster_index()) * blockDim.y + threadIdx.y;
   const bool active = row < a.rows;
   // This CTA's slice of the row: vectors [v_begin, v_end). The launcher checks H < 2^31.
@@ -392,11 +393,10 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
 
   // Row sum of squares: warp shuffles, then one exchange through shared memory, then (with a
   // cluster) one exchange of the slices' sums through distributed shared memory.
+  if (seg == 32) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, 16);
 #pragma unroll
-  for (int off = 16; off > 0; off /= 2) {
-    if (off < seg) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
-  }
-  if (tx % seg == 0) red[threadIdx.y * kMaxWarpsPerRow + tx / seg] = acc;
+  for (int off = 8; off > 0; off /= 2) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
+  if ((tx & (seg - 1)) == 0) red[threadIdx.y * kMaxWarpsPerRow + (tx >> seg_shift)] = acc;
   __syncthreads();
   // Every warp adds the row's nw warp (or half-warp) sums by a butterfly over groups of
   // `group` = pow2 >= nw lanes (each group holds all nw sums of its row, zero-padded; a group
@@ -404,7 +404,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   // (one after another, v3: 0.28 µs slower with 32 warps, benchmarks/NOTES.md, v4). Each step
   // adds the same two values in both lanes of a pair (a + b == b + a bitwise), so every lane of
   // every warp ends with the same, deterministic sum.
-  const int nw = static_cast<int>(blockDim.x) / seg;
+  const int nw = static_cast<int>(blockDim.x) >> seg_shift;
   const int group = nw == 1 ? 1 : 1 << (32 - __clz(nw - 1));
   const int w_idx = lane & (group - 1);
   double sum_sq = w_idx < nw ? red[threadIdx.y * kMaxWarpsPerRow + w_idx] : 0.0;
