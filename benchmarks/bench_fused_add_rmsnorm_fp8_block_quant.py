@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -157,15 +158,34 @@ def main(argv=None):
     p.add_argument("--json", default=None, help="write the results to this path")
     p.add_argument("--plot", default=None, help="write a PNG: % of copy bandwidth vs M, one line per H")
     p.add_argument("--from-json", default=None, help="plot/print an earlier --json file instead of measuring")
+    p.add_argument("--compile-from", default=None,
+                   help="with --from-json: take the torch.compile columns from this other run's JSON "
+                        "(its own times and %% of its own copy; the op code does not change them)")
     p.add_argument("--shapes", default=None, help="MxH list instead of a grid, e.g. 1x2048,16384x4096")
     p.add_argument("--max-gb", type=float, default=40.0, help="skip shapes needing more device memory")
     args = p.parse_args(argv)
     if args.from_json:
         with open(args.from_json) as f:
             data = json.load(f)
+        if args.compile_from:
+            with open(args.compile_from) as f:
+                other = {(r["M"], r["H"]): r for r in json.load(f)["records"]}
+            for r in data["records"]:
+                o = other.get((r["M"], r["H"]))
+                if o is not None and "compile" in o["us"]:
+                    for key in ("us", "gbps", "pct_of_copy"):
+                        r[key]["compile"] = o[key]["compile"]
+            speedups = [r["us"]["compile"] / r["us"]["op"] for r in data["records"] if "compile" in r["us"]]
+            if speedups:
+                geo = math.exp(sum(math.log(x) for x in speedups) / len(speedups))
+                print(f"op vs torch.compile ({args.compile_from}): {len(speedups)} shapes, least "
+                      f"{min(speedups):.2f}x, geometric mean {geo:.2f}x")
         print_table(data["records"])
         if args.plot:
-            plot(data["records"], args.plot, f"{data.get('name', '')}, {data.get('dtype', '')}")
+            title = f"{data.get('name', '')}, {data.get('dtype', '')}"
+            if args.compile_from:
+                title += f"; torch.compile: {os.path.basename(args.compile_from)}"
+            plot(data["records"], args.plot, title)
         return data["records"]
     dtype = getattr(torch, args.dtype)
     grid = args.grid or ("small" if args.device == "cuda" else "cpu")
@@ -222,7 +242,8 @@ def plot(records, path, title):
     ax.set_xscale("log", base=2)
     ax.set_xlabel("M (rows)")
     ax.set_ylabel("% of same-bytes copy bandwidth")
-    ax.set_title(f"fused_add_rmsnorm_fp8_block_quant ({title}); solid: fp8norm, dashed: torch.compile")
+    ax.set_title(f"fused_add_rmsnorm_fp8_block_quant ({title})\nsolid: fp8norm, dashed: torch.compile",
+                 fontsize=10)
     ax.legend(ncol=3, fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
