@@ -59,10 +59,9 @@ def copy_buffers(nbytes: int, device):
     return src, torch.empty_like(src)
 
 
-def time_cuda(fn, calls: int, replays: int) -> float:
-    """Median µs per call. A CUDA graph holds `calls` back-to-back calls; each timed sample
-    replays it back to back for >= ~0.5 ms (so that the GPU stays busy and clocked up, and launch
-    gaps stay out), and the median over `replays` samples is taken."""
+def cuda_graph(fn, calls: int):
+    """A CUDA graph of `calls` back-to-back calls of fn (after three warm-up calls on a side
+    stream, as graph capture wants)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -74,6 +73,14 @@ def time_cuda(fn, calls: int, replays: int) -> float:
     with torch.cuda.graph(g):
         for _ in range(calls):
             fn()
+    return g
+
+
+def time_cuda(fn, calls: int, replays: int) -> float:
+    """Median µs per call. A CUDA graph holds `calls` back-to-back calls; each timed sample
+    replays it back to back for >= ~0.5 ms (so that the GPU stays busy and clocked up, and launch
+    gaps stay out), and the median over `replays` samples is taken."""
+    g = cuda_graph(fn, calls)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(3):
         g.replay()

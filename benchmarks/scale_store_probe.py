@@ -16,29 +16,16 @@ reverted after: benchmarks/NOTES.md, v7), same machine, same session; compare th
 from __future__ import annotations
 
 import itertools
+import os
 import statistics
 import sys
 
 import torch
 
 import torch_fp8norm  # noqa: F401
-from bench_fused_add_rmsnorm_fp8_block_quant import column_major_scales, time_cuda
+from bench_fused_add_rmsnorm_fp8_block_quant import column_major_scales, cuda_graph, time_cuda
 
 ROT, COPIES, REPS = 64, 20, 15
-
-
-def graph_of(fn, n):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(n):
-            fn()
-    return g
 
 
 def copy_time_after(before, copies):
@@ -57,7 +44,7 @@ def copy_time_after(before, copies):
 
 def main(shapes):
     op = torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out
-    print("build: FP8NORM_SCALE_STORE as built (see the call script)")
+    print("build:", os.path.dirname(torch_fp8norm.__file__))
     for shape in shapes:
         m, h = (int(v) for v in shape.split("x"))
         x, r, normed = (torch.randn(m, h, device="cuda").to(torch.bfloat16) for _ in range(3))
@@ -71,18 +58,17 @@ def main(shapes):
 
         rows = [("one", time_cuda(lambda: call(scales[0]), 2, REPS)),
                 ("rotating", time_cuda(lambda: call(next(cycle)), ROT, REPS))]
-        rotating = graph_of(lambda: call(next(cycle)), ROT)
+        rotating = cuda_graph(lambda: call(next(cycle)), ROT)
         for mib in (8, 16):
             src = torch.randint(0, 2**31 - 1, ((mib << 20) // 4,), dtype=torch.int32, device="cuda")
             dst = torch.empty_like(src)
-            copies = graph_of(lambda: dst.copy_(src), COPIES)
+            copies = cuda_graph(lambda: dst.copy_(src), COPIES)
             rows.append((f"reuse {mib} MiB, alone", copy_time_after(copies, copies)))
             rows.append((f"reuse {mib} MiB, after op", copy_time_after(rotating, copies)))
         print(f"M = {m}, H = {h} (bf16), µs")
         for name, t in rows:
             print(f"  {name:>28}: {t:9.2f}")
         sys.stdout.flush()
-        del scales
         torch.cuda.empty_cache()
 
 
