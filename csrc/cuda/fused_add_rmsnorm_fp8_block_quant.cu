@@ -131,7 +131,7 @@ const Switches& switches() {
 //   threads per slice:  round_up(slice / vpt, 32), at most 1024 (vpt 1) or 512 (vpt 4); longer
 //                       slices take several tiles, kept in shared memory if they fit.
 //                       round_up(slice / vpt, 16) instead when that is fewer (half-warp rows:
-//                       H = 1152 in 48 threads, not 64 of which 28 idle), the row is one tile
+//                       H = 1152 in 48 threads of 3 vectors, not 64 of 2 or 3), the row is one tile
 //                       of one CTA, a 1x128 block is at most 16 lanes (2-byte types), a row at
 //                       most 256 threads and a CTA holds two rows or more
 //   rows per CTA:       enough to make ~256 threads per CTA, when a row is one tile of one CTA
@@ -168,7 +168,8 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, cons
   if (sw.vpt != 0) c.vpt = sw.vpt;
   c.threads_x = static_cast<int>(threads_for(c.vpt));
   const int cta_threads = std::min(sw.cta_threads, max_threads_per_cta(c.vpt));
-  const int64_t half_warp_rows = ceil_div(ceil_div(svec, c.vpt), 16) * 16;  // one tile: < threads_x
+  // Fewer threads than threads_x only when the row is one tile (threads_x was not capped).
+  const int64_t half_warp_rows = ceil_div(ceil_div(svec, c.vpt), 16) * 16;
   if (sw.half_warps && c.shape.cluster == 1 && lanes_per_block <= 16 && half_warp_rows < c.threads_x &&
       half_warp_rows <= 256 && cta_threads / half_warp_rows >= 2) {
     c.threads_x = static_cast<int>(half_warp_rows);

@@ -2,7 +2,7 @@
 //
 // Design (one memory pass):
 //  - One row per group of threads (threads_x wide: whole warps, or whole half-warps when that
-//    wastes fewer lanes; rows_per_cta groups per CTA), or, for few
+//    takes fewer threads; rows_per_cta groups per CTA), or, for few
 //    rows (decode sizes), one row per thread-block cluster: each CTA of the cluster takes a
 //    slice of whole 1x128 blocks, and the partial sums of squares are exchanged through
 //    distributed shared memory (sm_90+). Each thread owns 16-byte vectors of its slice:
