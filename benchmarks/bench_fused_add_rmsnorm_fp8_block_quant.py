@@ -100,6 +100,17 @@ def time_cuda(fn, calls: int, replays: int) -> float:
     return statistics.median(times)
 
 
+def print_probe_rows(m: int, h: int, rows, copy_us: float | None = None):
+    """The probes' report: one (name, µs) line per row under an "M = .., H = .." header, with
+    the % of `copy_us` (a same-run copy of the same bytes) when given."""
+    print(f"M = {m}, H = {h} (bf16), µs")
+    width = max(len(name) for name, _ in rows)
+    for name, t in rows:
+        pct = f"  ({100.0 * copy_us / t:5.1f}% of copy)" if copy_us is not None else ""
+        print(f"  {name:>{width}}: {t:9.2f}{pct}")
+    sys.stdout.flush()
+
+
 def time_cpu(fn, calls: int, replays: int) -> float:
     fn()
     times = []

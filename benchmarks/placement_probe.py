@@ -18,7 +18,7 @@ import sys
 import torch
 
 import torch_fp8norm  # noqa: F401
-from bench_fused_add_rmsnorm_fp8_block_quant import byte_count, column_major_scales, time_cuda
+from bench_fused_add_rmsnorm_fp8_block_quant import byte_count, column_major_scales, print_probe_rows, time_cuda
 
 SKEWS = [0, 4352]
 COL_PADS = [32, 1024]  # column-major block scales with the column stride M + pad (floats)
@@ -80,10 +80,7 @@ def main(shapes):
             rows.append((f"copy, skew {skew}", time_cuda(lambda: torch.bitwise_or(src, 0, out=dst), calls, replays)))
             del src, dst
         torch.cuda.empty_cache()
-        print(f"M = {m}, H = {h} (bf16), µs")
-        for name, t in rows:
-            print(f"  {name:>28}: {t:9.2f}")
-        sys.stdout.flush()
+        print_probe_rows(m, h, rows)
 
 
 if __name__ == "__main__":

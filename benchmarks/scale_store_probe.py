@@ -23,7 +23,7 @@ import sys
 import torch
 
 import torch_fp8norm  # noqa: F401
-from bench_fused_add_rmsnorm_fp8_block_quant import column_major_scales, cuda_graph, time_cuda
+from bench_fused_add_rmsnorm_fp8_block_quant import column_major_scales, cuda_graph, print_probe_rows, time_cuda
 
 ROT, COPIES, REPS = 64, 20, 15
 
@@ -65,10 +65,7 @@ def main(shapes):
             copies = cuda_graph(lambda: dst.copy_(src), COPIES)
             rows.append((f"reuse {mib} MiB, alone", copy_time_after(copies, copies)))
             rows.append((f"reuse {mib} MiB, after op", copy_time_after(rotating, copies)))
-        print(f"M = {m}, H = {h} (bf16), µs")
-        for name, t in rows:
-            print(f"  {name:>28}: {t:9.2f}")
-        sys.stdout.flush()
+        print_probe_rows(m, h, rows)
         torch.cuda.empty_cache()
 
 

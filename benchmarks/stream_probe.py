@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from bench_fused_add_rmsnorm_fp8_block_quant import byte_count, copy_buffers, time_cuda
+from bench_fused_add_rmsnorm_fp8_block_quant import byte_count, copy_buffers, print_probe_rows, time_cuda
 
 
 @triton.jit
@@ -52,10 +52,7 @@ def main(shapes):
             ("inplace", time_cuda(lambda: _streams[grid](x, r, r, n, o, BLOCK=block, num_warps=4), calls, replays)),
             ("separate", time_cuda(lambda: _streams[grid](x, r, r2, n, o, BLOCK=block, num_warps=4), calls, replays)),
         ]
-        print(f"M = {m}, H = {h} (bf16), µs")
-        for name, t in rows:
-            print(f"  {name:>18}: {t:9.2f}  ({100.0 * rows[0][1] / t:5.1f}% of copy)")
-        sys.stdout.flush()
+        print_probe_rows(m, h, rows, copy_us=rows[0][1])
 
 
 if __name__ == "__main__":
