@@ -280,12 +280,13 @@ constexpr bool prefetch_weight() {
 // from 89% to 75% of copy, benchmarks/NOTES.md v3; -DFP8NORM_VPT4_MIN_CTAS=1 lifts the cap).
 // bf16 / fp16 / fp32 do not spill, a float32 weight 24-48 bytes (ptxas, v5).
 // Unaligned rows keep every register.
-template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT>
+template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT, bool HALF>
 __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED ? FP8NORM_VPT4_MIN_CTAS : 1)
     fused_add_rmsnorm_fp8_block_quant_kernel(const RowArgs a, const TileShape s) {
   constexpr int VEC = 16 / sizeof(T);
   constexpr int LPB = kBlock / VEC;  // lanes per quantization block
   static_assert(LPB <= 32 && 32 % LPB == 0, "a 1x128 block must sit inside one warp");
+  static_assert(!HALF || LPB <= 16, "half-warp rows need 1x128 blocks of at most 16 lanes");
   using C = Cvt<T>;
 
   // Shared memory: red[rows_per_cta][kMaxWarpsPerRow], cluster_red[kMaxCluster], stash.
@@ -298,13 +299,13 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   if (clustered) cluster_arrive_relaxed();
   const unsigned rank = clustered ? cluster_rank() : 0;
   const int tx = threadIdx.x;
-  // A row's threads are whole warps (blockDim.x a multiple of 32), or whole half-warps
-  // (blockDim.x a multiple of 16, not of 32: then the launcher gives a CTA an even number of
-  // rows, so that warps are full, a warp may hold the end of one row and the start of the
-  // next, and only where a 1x128 block is at most 16 lanes and a row at most 16 half-warps).
-  const int seg_shift = (blockDim.x & 31) == 0 ? 5 : 4;  // shifts and masks, not divisions:
-  const int seg = 1 << seg_shift;                        // lanes of a row's warp or half-warp
-  const int lane = (threadIdx.y * blockDim.x + tx) & 31;
+  // A row's threads are whole warps (blockDim.x a multiple of 32), or, HALF, whole half-warps
+  // (blockDim.x an odd multiple of 16: the launcher gives a CTA an even number of rows, so that
+  // warps are full, a warp may hold the end of one row and the start of the next; only where a
+  // 1x128 block is at most 16 lanes and a row at most 16 half-warps).
+  constexpr int seg_shift = HALF ? 4 : 5;
+  constexpr int seg = 1 << seg_shift;  // lanes of a row's warp or half-warp
+  const int lane = HALF ? static_cast<int>((threadIdx.y * blockDim.x + tx) & 31) : tx & 31;
   const int64_t row = static_cast<int64_t>(cluster_index()) * blockDim.y + threadIdx.y;
   const bool active = row < a.rows;
   // This CTA's slice of the row: vectors [v_begin, v_end). The launcher checks H < 2^31.
@@ -393,7 +394,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
 
   // Row sum of squares: warp shuffles, then one exchange through shared memory, then (with a
   // cluster) one exchange of the slices' sums through distributed shared memory.
-  if (seg == 32) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, 16);
+  if constexpr (!HALF) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, 16);
 #pragma unroll
   for (int off = 8; off > 0; off /= 2) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
   if ((tx & (seg - 1)) == 0) red[threadIdx.y * kMaxWarpsPerRow + (tx >> seg_shift)] = acc;
@@ -515,9 +516,9 @@ int64_t ctas_per_sm(K* kernel, int device, unsigned threads, size_t smem) {
   return cache.emplace(key, std::max(per_sm, 1)).first->second;
 }
 
-template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT>
+template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT, bool HALF>
 void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) {
-  auto* kernel = fused_add_rmsnorm_fp8_block_quant_kernel<T, W, HAS_RES, ALIGNED, VPT>;
+  auto* kernel = fused_add_rmsnorm_fp8_block_quant_kernel<T, W, HAS_RES, ALIGNED, VPT, HALF>;
   if (cfg.smem_bytes > 48 * 1024) {
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(cfg.smem_bytes)));
@@ -587,12 +588,22 @@ void launch(const RowArgs& a, const LaunchConfig& cfg, bool aligned, cudaStream_
     using W = std::conditional_t<decltype(w_float)::value, float, T>;
     with_bool(a.residual != nullptr, [&](auto has_res) {
       with_bool(aligned, [&](auto al) {
-        constexpr bool R = decltype(has_res)::value, A = decltype(al)::value;
-        if (cfg.vpt == 4) {
-          launch_one<T, W, R, A, 4>(a, cfg, stream);
+        auto with_rows = [&](auto half) {
+          constexpr bool R = decltype(has_res)::value, A = decltype(al)::value, H = decltype(half)::value;
+          if (cfg.vpt == 4) {
+            launch_one<T, W, R, A, 4, H>(a, cfg, stream);
+          } else {
+            TORCH_CHECK(cfg.vpt == 1, "fp8norm: unsupported vectors per thread ", to_str(cfg.vpt));
+            launch_one<T, W, R, A, 1, H>(a, cfg, stream);
+          }
+        };
+        // Half-warp rows: 2-byte types only (the launch table never picks them for float).
+        const bool half = cfg.threads_x % 32 != 0;
+        if constexpr (sizeof(T) == 2) {
+          with_bool(half, with_rows);
         } else {
-          TORCH_CHECK(cfg.vpt == 1, "fp8norm: unsupported vectors per thread ", to_str(cfg.vpt));
-          launch_one<T, W, R, A, 1>(a, cfg, stream);
+          TORCH_CHECK(!half, "fp8norm: half-warp rows need a 2-byte type");
+          with_rows(std::false_type{});
         }
       });
     });
