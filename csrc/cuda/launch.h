@@ -33,7 +33,8 @@ struct TileShape {
 
 struct LaunchConfig {
   TileShape shape;
-  int threads_x = 32;     // threads per row slice, a multiple of 32, <= max_threads_per_cta(vpt)
+  int threads_x = 32;     // threads per row slice, a multiple of 32 (of 16 for half-warp rows),
+                          // <= max_threads_per_cta(vpt)
   int rows_per_cta = 1;   // rows per CTA (1 when cluster > 1 or ntiles > 1)
   int vpt = 1;            // 16-byte vectors per thread per tile: 1 or 4
   size_t smem_bytes = 0;  // dynamic shared memory per CTA
