@@ -124,3 +124,12 @@ def test_every_kernel_variant(device, m, h):
         for weight_fp32, fused, pad in itertools.product([False, True], [True, False], [0, 1]):
             check_case(Case(device, dtype, m, h, fused=fused, weight_fp32=weight_fp32, pad=pad,
                             ue8m0=pad == 1, normed_none=weight_fp32 and not fused))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype,m,h", [(torch.bfloat16, 16384, 4096), (torch.float16, 32768, 2048),
+                                       (torch.float32, 16384, 4096)])
+def test_deep_grid(dtype, m, h):
+    # Grids at least 12 times as deep as the SMs hold (any GPU of up to 160 SMs) take ~512
+    # threads per CTA instead of ~256: 4, 8 and 2 rows per CTA here, the last CTA full.
+    check_case(Case("cuda", dtype, m, h, pad=128 if dtype == torch.float16 else 0, ue8m0=dtype == torch.float32))

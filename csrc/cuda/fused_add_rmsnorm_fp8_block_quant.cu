@@ -60,7 +60,8 @@ const DeviceInfo& device_info(int device) {
 //   FP8NORM_TUNE=key=v,...     override the launch table, for benchmarks (benchmarks/NOTES.md):
 //                              slice=<vectors> (0: no decode split), cluster=<1..8>, vpt=<1|4>,
 //                              stash=0 (no shared-memory stash: multi-tile slices re-read the
-//                              residual), cta=<threads> (rows per CTA: aim for this many threads),
+//                              residual), cta=<threads> (rows per CTA: aim for this many threads;
+//                              default: by the grid's depth),
 //                              prefetch=<percent> (L2 prefetch of the rows that many percent of
 //                              a wave of CTAs ahead; 0: off; default: by the number of waves),
 //                              half=0 (rows in whole warps only, no half-warp rows)
@@ -70,7 +71,7 @@ struct Switches {
   int cluster = 0;       // 0: from the table
   int vpt = 0;           // 0: from the table
   bool stash = true;
-  int cta_threads = 256;
+  int cta_threads = 0;  // 0: from the table
   int prefetch_pct = -1;
   bool half_warps = true;
 };
@@ -96,7 +97,8 @@ const Switches& switches() {
       s.vpt = tune_value(spec, "vpt", s.vpt);
       if (s.vpt != 1 && s.vpt != 4) s.vpt = 0;
       s.stash = tune_value(spec, "stash", 1) != 0;
-      s.cta_threads = std::clamp(tune_value(spec, "cta", s.cta_threads), 32, 1024);
+      s.cta_threads = std::clamp(tune_value(spec, "cta", s.cta_threads), 0, 1024);
+      if (s.cta_threads > 0) s.cta_threads = std::max(s.cta_threads, 32);
       s.prefetch_pct = std::clamp(tune_value(spec, "prefetch", s.prefetch_pct), -1, 1000);
       s.half_warps = tune_value(spec, "half", 1) != 0;
     }
@@ -135,7 +137,16 @@ const Switches& switches() {
 //                       of one CTA, a 1x128 block is at most 16 lanes (2-byte types), a row at
 //                       most 256 threads and a CTA holds two rows or more
 //   rows per CTA:       enough to make ~256 threads per CTA, when a row is one tile of one CTA
-//                       (an even number with half-warp rows: two rows share a warp)
+//                       (an even number with half-warp rows: two rows share a warp); ~512 for
+//                       rows of whole warps in deep grids, at least 12 times the threads all
+//                       SMs hold at 1024 each: 0-2% faster there (16384 x 8192 313.8 -> 309.9
+//                       µs, 32768 x 2048 156.6 -> 154.1, float32 16384 x 4096 289.6 -> 286.3),
+//                       within the run's spread at 8192 x 7168 / 8192 (13.6 / 15.5 times), not
+//                       faster below (8192 x 4096, 7.8 times: 80.5 -> 80.9) and 2-27% slower at
+//                       M <= 2048; half-warp rows kept the op's time but lost 7% without
+//                       normed_out (65536 x 1152; v8)
+constexpr int kDeepGrid = 12;  // rows per CTA: see the table above
+
 LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, const DeviceInfo& dev,
                            const Switches& sw) {
   const int64_t nvec = hidden * elem_size / 16;
@@ -167,12 +178,16 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, cons
   c.vpt = svec > 1024 || clustered_long || (many_rows && threads_for(4) < threads_for(1)) ? 4 : 1;
   if (sw.vpt != 0) c.vpt = sw.vpt;
   c.threads_x = static_cast<int>(threads_for(c.vpt));
-  const int cta_threads = std::min(sw.cta_threads, max_threads_per_cta(c.vpt));
+  int cta_threads = std::min(sw.cta_threads > 0 ? sw.cta_threads : 256, max_threads_per_cta(c.vpt));
   // Fewer threads than threads_x only when the row is one tile (threads_x was not capped).
   const int64_t half_warp_rows = ceil_div(ceil_div(svec, c.vpt), 16) * 16;
   if (sw.half_warps && c.shape.cluster == 1 && lanes_per_block <= 16 && half_warp_rows < c.threads_x &&
       half_warp_rows <= 256 && cta_threads / half_warp_rows >= 2) {
     c.threads_x = static_cast<int>(half_warp_rows);
+  }
+  if (sw.cta_threads == 0 && c.threads_x % 32 == 0 &&
+      rows * c.threads_x >= int64_t{kDeepGrid} * dev.sms * 1024) {
+    cta_threads = std::min(512, max_threads_per_cta(c.vpt));
   }
   c.shape.ntiles = static_cast<int>(ceil_div(svec, int64_t{c.threads_x} * c.vpt));
   c.rows_per_cta = c.shape.ntiles == 1 && c.shape.cluster == 1 ? std::max(1, cta_threads / c.threads_x) : 1;
