@@ -3,8 +3,7 @@ switches (FP8NORM_PDL, FP8NORM_TUNE; read once per process, so each setting runs
 interpreter): clusters of 2..8 CTAs per row with even and uneven slices, several tiles per
 slice with and without the shared-memory stash, 1 and 4 vectors per thread, rows in whole
 warps or in half-warps, launches without programmatic dependent launch, and the L2 prefetch of
-later rows. Each case is
-checked against the full contract."""
+later rows. Each case is checked against the full contract."""
 import os
 import subprocess
 import sys
