@@ -137,18 +137,20 @@ const Switches& switches() {
 //                       of one CTA, a 1x128 block is at most 16 lanes (2-byte types), a row at
 //                       most 256 threads and a CTA holds two rows or more
 //   rows per CTA:       enough to make ~256 threads per CTA, when a row is one tile of one CTA
-//                       (an even number with half-warp rows: two rows share a warp); ~512 for
-//                       rows of whole warps in deep grids, at least 12 times the threads all
-//                       SMs hold at 1024 each: 0-2% faster there (16384 x 8192 313.8 -> 309.9
-//                       µs, 32768 x 2048 156.6 -> 154.1, float32 16384 x 4096 289.6 -> 286.3),
-//                       within the run's spread at 8192 x 7168 / 8192 (13.6 / 15.5 times), not
-//                       faster below (8192 x 4096, 7.8 times: 80.5 -> 80.9) and 2-27% slower at
-//                       M <= 2048; half-warp rows kept the op's time but lost 7% without
-//                       normed_out (65536 x 1152; v8)
+//                       (an even number with half-warp rows: two rows share a warp); ~512 in
+//                       deep grids (at least 12 times the threads all SMs hold at 1024 each),
+//                       for rows of whole warps when the op writes normed_out: 0-2% faster
+//                       there (16384 x 8192 313.8 -> 309.9 µs, 32768 x 2048 156.6 -> 154.1,
+//                       float32 16384 x 4096 289.6 -> 286.3), within the run's spread at 8192 x
+//                       7168 / 8192 (13.6 / 15.5 times), not faster below (8192 x 4096, 7.8
+//                       times: 80.5 -> 80.9) and 2-27% slower at M <= 2048. Not without
+//                       normed_out (0-3% slower: 8192 x 7168 110.5 -> 114.0 µs, 16384 x 5120
+//                       156.0 -> 158.7) nor for half-warp rows (the op level, 7% slower without
+//                       normed_out at 65536 x 1152; v8)
 constexpr int kDeepGrid = 12;  // rows per CTA: see the table above
 
-LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, const DeviceInfo& dev,
-                           const Switches& sw) {
+LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool writes_normed,
+                           const DeviceInfo& dev, const Switches& sw) {
   const int64_t nvec = hidden * elem_size / 16;
   const int64_t lanes_per_block = kBlock * elem_size / 16;
   const int64_t nblocks = hidden / kBlock;
@@ -185,7 +187,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, cons
       half_warp_rows <= 256 && cta_threads / half_warp_rows >= 2) {
     c.threads_x = static_cast<int>(half_warp_rows);
   }
-  if (sw.cta_threads == 0 && c.threads_x % 32 == 0 &&
+  if (sw.cta_threads == 0 && writes_normed && c.threads_x % 32 == 0 &&
       rows * c.threads_x >= int64_t{kDeepGrid} * dev.sms * 1024) {
     cta_threads = std::min(512, max_threads_per_cta(c.vpt));
   }
@@ -224,7 +226,8 @@ void run(const RowArgs& a, const at::Tensor& input) {
                        (a.normed == nullptr || aligned_rows(a.normed, a.normed_stride, es, 16)) &&
                        aligned_rows(a.weight, 0, 1, 16) && aligned_rows(a.out, a.out_stride, 1, vec);
   const LaunchConfig cfg =
-      launch_config(a.rows, a.hidden, es, device_info(input.device().index()), switches());
+      launch_config(a.rows, a.hidden, es, a.normed != nullptr, device_info(input.device().index()),
+                    switches());
   switch (input.scalar_type()) {
     case at::kBFloat16: launch<__nv_bfloat16>(a, cfg, aligned, stream); break;
     case at::kHalf: launch<__half>(a, cfg, aligned, stream); break;
