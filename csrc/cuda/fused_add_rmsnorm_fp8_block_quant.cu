@@ -182,18 +182,18 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   c.threads_x = static_cast<int>(threads_for(c.vpt));
   int cta_threads = std::min(sw.cta_threads > 0 ? sw.cta_threads : 256, max_threads_per_cta(c.vpt));
   // Fewer threads than threads_x only when the row is one tile (threads_x was not capped).
-  const int64_t half_warp_rows = ceil_div(ceil_div(svec, c.vpt), 16) * 16;
-  if (sw.half_warps && c.shape.cluster == 1 && lanes_per_block <= 16 && half_warp_rows < c.threads_x &&
-      half_warp_rows <= 256 && cta_threads / half_warp_rows >= 2) {
-    c.threads_x = static_cast<int>(half_warp_rows);
+  const int64_t half_row_threads = ceil_div(ceil_div(svec, c.vpt), 16) * 16;
+  if (sw.half_warps && c.shape.cluster == 1 && lanes_per_block <= 16 && half_row_threads < c.threads_x &&
+      half_row_threads <= 256 && cta_threads / half_row_threads >= 2) {
+    c.threads_x = static_cast<int>(half_row_threads);
   }
-  if (sw.cta_threads == 0 && writes_normed && c.threads_x % 32 == 0 &&
+  if (sw.cta_threads == 0 && writes_normed && !c.half_warp_rows() &&
       rows * c.threads_x >= int64_t{kDeepGrid} * dev.sms * 1024) {
     cta_threads = std::min(512, max_threads_per_cta(c.vpt));
   }
   c.shape.ntiles = static_cast<int>(ceil_div(svec, int64_t{c.threads_x} * c.vpt));
   c.rows_per_cta = c.shape.ntiles == 1 && c.shape.cluster == 1 ? std::max(1, cta_threads / c.threads_x) : 1;
-  if (c.threads_x % 32 != 0) c.rows_per_cta &= ~1;  // half-warp rows: whole warps per CTA
+  if (c.half_warp_rows()) c.rows_per_cta &= ~1;  // half-warp rows: whole warps per CTA
   const size_t red_bytes = sizeof(double) * (32 * c.rows_per_cta + kMaxCluster);
   const size_t stash_bytes = static_cast<size_t>(svec * 16);
   c.shape.smem_stash = sw.stash && c.shape.ntiles > 1 &&
