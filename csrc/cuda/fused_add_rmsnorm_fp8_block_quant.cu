@@ -115,7 +115,12 @@ const Switches& switches() {
 //                       row (M = 1, H = 16384: 6.8 -> 2.5 µs). Not beyond one wave: M = 128,
 //                       H = 16384 with 2 CTAs per row (two waves) took 10.0 µs, one CTA per row
 //                       6.7; M = 16384, H = 32768 with 2 CTAs per row reached 79% of copy, one
-//                       CTA per row over two tiles (v2.1) 88%
+//                       CTA per row over two tiles (v2.1) 88%. Rows the decode rule leaves
+//                       whole and longer than 4096 vectors (bf16 H = 65536) take the fewest CTAs
+//                       that bring a slice to at most 4096 (two tiles, a 64 KiB stash: three
+//                       CTAs per SM instead of one): 16384 x 65536 2811 -> 2611 µs, 2048 x 65536
+//                       367 -> 329 (v9); not for 4096 or fewer (H = 32768: 1274 -> 1411 µs
+//                       with 2 CTAs per row)
 //   vectors per thread: 4 for slices longer than 1024 vectors. For shorter ones, 4 when the
 //                       rows do not fit in one wave with 1 (at ~64 registers, 1024 threads per
 //                       SM) and a row then takes fewer threads (not for H = 128: one warp either
@@ -148,6 +153,7 @@ const Switches& switches() {
 //                       156.0 -> 158.7) nor for half-warp rows (the op level, 7% slower without
 //                       normed_out at 65536 x 1152; v8)
 constexpr int kDeepGrid = 12;  // rows per CTA: see the table above
+constexpr int64_t kLongSlice = 4096;  // cluster: see the table above
 
 LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool writes_normed,
                            const DeviceInfo& dev, const Switches& sw) {
@@ -161,6 +167,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
       cluster = std::min(kMaxCluster, pow2_at_least(ceil_div(nvec, sw.slice_vecs)));
       while (cluster > 1 && rows * cluster > int64_t{dev.sms}) cluster /= 2;
     }
+    if (cluster == 1 && nvec > kLongSlice) cluster = static_cast<int>(ceil_div(nvec, kLongSlice));
     if (sw.cluster > 0) cluster = sw.cluster;
     cluster = static_cast<int>(std::min<int64_t>({cluster, kMaxCluster, nblocks}));
   }
