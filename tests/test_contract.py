@@ -131,5 +131,20 @@ def test_every_kernel_variant(device, m, h):
                                        (torch.float32, 16384, 4096)])
 def test_deep_grid(dtype, m, h):
     # Grids at least 12 times as deep as the SMs hold (any GPU of up to 160 SMs) take ~512
-    # threads per CTA instead of ~256: 4, 8 and 2 rows per CTA here, the last CTA full.
-    check_case(Case("cuda", dtype, m, h, pad=128 if dtype == torch.float16 else 0, ue8m0=dtype == torch.float32))
+    # threads per CTA instead of ~256 when the op writes normed_out: 4, 8 and 2 rows per CTA
+    # here, the last CTA full. The float32 case also runs without normed_out (~256 threads per
+    # CTA) and compares out and block_scale bitwise with the call that writes it.
+    check_case(Case("cuda", dtype, m, h, pad=128 if dtype == torch.float16 else 0, ue8m0=dtype == torch.float32,
+                    normed_none=dtype == torch.float32))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype,m,h,pad", [(torch.bfloat16, 300, 65536, 0), (torch.float32, 140, 32768, 128),
+                                           (torch.float16, 133, 65664, 1), (torch.bfloat16, 70, 131072, 0)])
+def test_long_rows_over_a_cluster(dtype, m, h, pad):
+    # Rows of more than 4096 vectors beyond the decode sizes are split over a cluster of the
+    # fewest CTAs that bring a slice to at most 4096 vectors, two tiles each with a stash: 2 CTAs
+    # per row here, 3 for H = 65664 (513 blocks: slices of 171, unaligned rows), 4 for 131072.
+    # The float32 case also runs without normed_out.
+    check_case(Case("cuda", dtype, m, h, pad=pad, ue8m0=dtype == torch.float16,
+                    normed_none=dtype == torch.float32, layout="scaled_mm" if pad else "tma"))

@@ -115,7 +115,12 @@ const Switches& switches() {
 //                       row (M = 1, H = 16384: 6.8 -> 2.5 µs). Not beyond one wave: M = 128,
 //                       H = 16384 with 2 CTAs per row (two waves) took 10.0 µs, one CTA per row
 //                       6.7; M = 16384, H = 32768 with 2 CTAs per row reached 79% of copy, one
-//                       CTA per row over two tiles (v2.1) 88%
+//                       CTA per row over two tiles (v2.1) 88%. Rows the decode rule leaves
+//                       whole and longer than 4096 vectors (bf16 H = 65536) take the fewest CTAs
+//                       that bring a slice to at most 4096 (two tiles, a 64 KiB stash: three
+//                       CTAs per SM instead of one): 16384 x 65536 2811 -> 2611 µs, 2048 x 65536
+//                       367 -> 329 (v9); not for 4096 or fewer (H = 32768: 1274 -> 1411 µs
+//                       with 2 CTAs per row)
 //   vectors per thread: 4 for slices longer than 1024 vectors. For shorter ones, 4 when the
 //                       rows do not fit in one wave with 1 (at ~64 registers, 1024 threads per
 //                       SM) and a row then takes fewer threads (not for H = 128: one warp either
@@ -137,18 +142,21 @@ const Switches& switches() {
 //                       of one CTA, a 1x128 block is at most 16 lanes (2-byte types), a row at
 //                       most 256 threads and a CTA holds two rows or more
 //   rows per CTA:       enough to make ~256 threads per CTA, when a row is one tile of one CTA
-//                       (an even number with half-warp rows: two rows share a warp); ~512 for
-//                       rows of whole warps in deep grids, at least 12 times the threads all
-//                       SMs hold at 1024 each: 0-2% faster there (16384 x 8192 313.8 -> 309.9
-//                       µs, 32768 x 2048 156.6 -> 154.1, float32 16384 x 4096 289.6 -> 286.3),
-//                       within the run's spread at 8192 x 7168 / 8192 (13.6 / 15.5 times), not
-//                       faster below (8192 x 4096, 7.8 times: 80.5 -> 80.9) and 2-27% slower at
-//                       M <= 2048; half-warp rows kept the op's time but lost 7% without
-//                       normed_out (65536 x 1152; v8)
+//                       (an even number with half-warp rows: two rows share a warp); ~512 in
+//                       deep grids (at least 12 times the threads all SMs hold at 1024 each),
+//                       for rows of whole warps when the op writes normed_out: 0-2% faster
+//                       there (16384 x 8192 313.8 -> 309.9 µs, 32768 x 2048 156.6 -> 154.1,
+//                       float32 16384 x 4096 289.6 -> 286.3), within the run's spread at 8192 x
+//                       7168 / 8192 (13.6 / 15.5 times), not faster below (8192 x 4096, 7.8
+//                       times: 80.5 -> 80.9) and 2-27% slower at M <= 2048. Not without
+//                       normed_out (0-3% slower: 8192 x 7168 110.5 -> 114.0 µs, 16384 x 5120
+//                       156.0 -> 158.7) nor for half-warp rows (the op level, 7% slower without
+//                       normed_out at 65536 x 1152; v8)
 constexpr int kDeepGrid = 12;  // rows per CTA: see the table above
+constexpr int64_t kLongSlice = 4096;  // cluster: see the table above
 
-LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, const DeviceInfo& dev,
-                           const Switches& sw) {
+LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool writes_normed,
+                           const DeviceInfo& dev, const Switches& sw) {
   const int64_t nvec = hidden * elem_size / 16;
   const int64_t lanes_per_block = kBlock * elem_size / 16;
   const int64_t nblocks = hidden / kBlock;
@@ -159,6 +167,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, cons
       cluster = std::min(kMaxCluster, pow2_at_least(ceil_div(nvec, sw.slice_vecs)));
       while (cluster > 1 && rows * cluster > int64_t{dev.sms}) cluster /= 2;
     }
+    if (cluster == 1 && nvec > kLongSlice) cluster = static_cast<int>(ceil_div(nvec, kLongSlice));
     if (sw.cluster > 0) cluster = sw.cluster;
     cluster = static_cast<int>(std::min<int64_t>({cluster, kMaxCluster, nblocks}));
   }
@@ -180,18 +189,18 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, cons
   c.threads_x = static_cast<int>(threads_for(c.vpt));
   int cta_threads = std::min(sw.cta_threads > 0 ? sw.cta_threads : 256, max_threads_per_cta(c.vpt));
   // Fewer threads than threads_x only when the row is one tile (threads_x was not capped).
-  const int64_t half_warp_rows = ceil_div(ceil_div(svec, c.vpt), 16) * 16;
-  if (sw.half_warps && c.shape.cluster == 1 && lanes_per_block <= 16 && half_warp_rows < c.threads_x &&
-      half_warp_rows <= 256 && cta_threads / half_warp_rows >= 2) {
-    c.threads_x = static_cast<int>(half_warp_rows);
+  const int64_t half_row_threads = ceil_div(ceil_div(svec, c.vpt), 16) * 16;
+  if (sw.half_warps && c.shape.cluster == 1 && lanes_per_block <= 16 && half_row_threads < c.threads_x &&
+      half_row_threads <= 256 && cta_threads / half_row_threads >= 2) {
+    c.threads_x = static_cast<int>(half_row_threads);
   }
-  if (sw.cta_threads == 0 && c.threads_x % 32 == 0 &&
+  if (sw.cta_threads == 0 && writes_normed && !c.half_warp_rows() &&
       rows * c.threads_x >= int64_t{kDeepGrid} * dev.sms * 1024) {
     cta_threads = std::min(512, max_threads_per_cta(c.vpt));
   }
   c.shape.ntiles = static_cast<int>(ceil_div(svec, int64_t{c.threads_x} * c.vpt));
   c.rows_per_cta = c.shape.ntiles == 1 && c.shape.cluster == 1 ? std::max(1, cta_threads / c.threads_x) : 1;
-  if (c.threads_x % 32 != 0) c.rows_per_cta &= ~1;  // half-warp rows: whole warps per CTA
+  if (c.half_warp_rows()) c.rows_per_cta &= ~1;  // half-warp rows: whole warps per CTA
   const size_t red_bytes = sizeof(double) * (32 * c.rows_per_cta + kMaxCluster);
   const size_t stash_bytes = static_cast<size_t>(svec * 16);
   c.shape.smem_stash = sw.stash && c.shape.ntiles > 1 &&
@@ -224,7 +233,8 @@ void run(const RowArgs& a, const at::Tensor& input) {
                        (a.normed == nullptr || aligned_rows(a.normed, a.normed_stride, es, 16)) &&
                        aligned_rows(a.weight, 0, 1, 16) && aligned_rows(a.out, a.out_stride, 1, vec);
   const LaunchConfig cfg =
-      launch_config(a.rows, a.hidden, es, device_info(input.device().index()), switches());
+      launch_config(a.rows, a.hidden, es, a.normed != nullptr, device_info(input.device().index()),
+                    switches());
   switch (input.scalar_type()) {
     case at::kBFloat16: launch<__nv_bfloat16>(a, cfg, aligned, stream); break;
     case at::kHalf: launch<__half>(a, cfg, aligned, stream); break;

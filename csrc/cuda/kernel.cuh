@@ -598,7 +598,7 @@ void launch(const RowArgs& a, const LaunchConfig& cfg, bool aligned, cudaStream_
           }
         };
         // Half-warp rows: 2-byte types only (the launch table never picks them for float).
-        const bool half = cfg.threads_x % 32 != 0;
+        const bool half = cfg.half_warp_rows();
         if constexpr (sizeof(T) == 2) {
           with_bool(half, with_rows);
         } else {

@@ -44,6 +44,9 @@ struct LaunchConfig {
   int prefetch_pct = -1;  // L2 prefetch distance in percent of the CTAs resident at once (the
                           // launcher turns it into shape.prefetch_ctas; 0: off; -1: by the
                           // number of waves)
+  // Half-warp rows: threads_x an odd multiple of 16, so a warp may hold the end of one row and
+  // the start of the next (the kernel's HALF parameter; 2-byte types only).
+  bool half_warp_rows() const { return threads_x % 32 != 0; }
 };
 
 // T is __nv_bfloat16, __half or float. aligned: every row start of input, residual, weight and

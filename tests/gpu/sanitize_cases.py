@@ -1,7 +1,7 @@
 """The CUDA cases run under compute-sanitizer by tests/gpu/sanitize.sh (a plain script: pytest
 itself is slow under the sanitizer). Each case is checked against the contract as in the tests.
 
-Grid: odd H (128, 1152, 5120), long rows (32768, 65536), M in {1, 3, 5, 1024}, strided (and
+Grid: odd H (128, 1152, 5120), long rows (32768, 65536), M in {1, 3, 5, 1024} (133 for the long rows), strided (and
 unaligned) rows, every block_scale layout, normed_out=None, scale_ue8m0, both ops, bf16 and
 float32 (float32 with H = 65536 takes the path that re-reads the row from global memory).
 """
@@ -27,6 +27,13 @@ def cases(device="cuda"):
                 i += 1
                 yield Case(device, dtype, m, h, fused=fused, pad=pad, layout=layout,
                            normed_none=normed_none, ue8m0=ue8m0)
+        # Long rows beyond the decode sizes: a slice per CTA of a cluster (2 CTAs per row; 4 for
+        # float32 H = 65536), except bfloat16 H = 32768 (4096 vectors: one CTA).
+        for h in (32768, 65536):
+            pad, layout, normed_none, ue8m0, fused = opts[(i * 7) % len(opts)]
+            i += 1
+            yield Case(device, dtype, 133, h, fused=fused, pad=pad, layout=layout,
+                       normed_none=normed_none, ue8m0=ue8m0)
 
 
 def main():
