@@ -144,7 +144,7 @@ def test_deep_grid(dtype, m, h):
 def test_long_rows_over_a_cluster(dtype, m, h, pad):
     # Rows of more than 4096 vectors beyond the decode sizes are split over a cluster of the
     # fewest CTAs that bring a slice to at most 4096 vectors, two tiles each with a stash: 2 CTAs
-    # per row here, 3 for H = 65664 (513 blocks: slices of 171, unaligned rows), 4 for 131072.
+    # per row here, 3 for H = 65664 (513 blocks: slices of 171 blocks, unaligned rows), 4 for 131072.
     # The float32 case also runs without normed_out.
     check_case(Case("cuda", dtype, m, h, pad=pad, ue8m0=dtype == torch.float16,
                     normed_none=dtype == torch.float32, layout="scaled_mm" if pad else "tma"))

@@ -117,7 +117,7 @@ const Switches& switches() {
 //                       6.7; M = 16384, H = 32768 with 2 CTAs per row reached 79% of copy, one
 //                       CTA per row over two tiles (v2.1) 88%. Rows the decode rule leaves
 //                       whole and longer than 4096 vectors (bf16 H = 65536) take the fewest CTAs
-//                       that bring a slice to at most 4096 (two tiles, a 64 KiB stash: three
+//                       that bring a slice to at most 4096 (two tiles, a 64 KiB stash: two
 //                       CTAs per SM instead of one): 16384 x 65536 2811 -> 2611 µs, 2048 x 65536
 //                       367 -> 329 (v9); not for 4096 or fewer (H = 32768: 1274 -> 1411 µs
 //                       with 2 CTAs per row)

@@ -1,9 +1,10 @@
 """The CUDA cases run under compute-sanitizer by tests/gpu/sanitize.sh (a plain script: pytest
 itself is slow under the sanitizer). Each case is checked against the contract as in the tests.
 
-Grid: odd H (128, 1152, 5120), long rows (32768, 65536), M in {1, 3, 5, 1024} (133 for the long rows), strided (and
-unaligned) rows, every block_scale layout, normed_out=None, scale_ue8m0, both ops, bf16 and
-float32 (float32 with H = 65536 takes the path that re-reads the row from global memory).
+Grid: odd H (128, 1152, 5120), long rows (32768, 65536), M in {1, 3, 5, 1024} (and 133 for the
+long rows: a row split over a cluster beyond the decode sizes), strided (and unaligned) rows,
+every block_scale layout, normed_out=None, scale_ue8m0, both ops, bf16 and float32 (float32 with
+H = 65536 takes the path that re-reads the row from global memory).
 """
 import itertools
 import os
