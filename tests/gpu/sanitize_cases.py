@@ -3,8 +3,9 @@ itself is slow under the sanitizer). Each case is checked against the contract a
 
 Grid: odd H (128, 1152, 5120), long rows (32768, 65536), M in {1, 3, 5, 1024} (and 133 for the
 long rows: a row split over a cluster beyond the decode sizes), strided (and unaligned) rows,
-every block_scale layout, normed_out=None, scale_ue8m0, both ops, bf16 and float32 (float32 with
-H = 65536 takes the path that re-reads the row from global memory).
+every block_scale layout, normed_out=None, scale_ue8m0, both ops, bf16 and float32. No case takes
+the path that re-reads a multi-tile slice from global memory (no stash): every slice here fits in
+shared memory; tests/test_launch_switches.py runs that path (stash=0) outside the sanitizer.
 """
 import itertools
 import os
