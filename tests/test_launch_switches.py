@@ -28,6 +28,7 @@ SWITCHES = [
     {"FP8NORM_TUNE": "prefetch=1"},              # L2 prefetch of the rows a few CTAs ahead
     {"FP8NORM_TUNE": "cta=1024,prefetch=1"},     # ... with rows past M in the last CTA
     {"FP8NORM_TUNE": "half=0"},                  # rows in whole warps only (no half-warp rows)
+    {"FP8NORM_TUNE": "threads=64"},              # many tiles per slice, idle lanes in short rows
 ]
 
 # Shapes x options: odd block counts (1152: 9 blocks; 1408: 11, in half-warp rows of 48 threads

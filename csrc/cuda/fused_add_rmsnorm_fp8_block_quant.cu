@@ -64,7 +64,9 @@ const DeviceInfo& device_info(int device) {
 //                              default: by the grid's depth),
 //                              prefetch=<percent> (L2 prefetch of the rows that many percent of
 //                              a wave of CTAs ahead; 0: off; default: by the number of waves),
-//                              half=0 (rows in whole warps only, no half-warp rows)
+//                              half=0 (rows in whole warps only, no half-warp rows),
+//                              threads=<multiple of 32> (threads per row slice: a slice longer
+//                              than threads x vpt vectors takes several tiles; no half-warp rows)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 256;  // decode split: aim for at most this many vectors per CTA
@@ -74,6 +76,7 @@ struct Switches {
   int cta_threads = 0;  // 0: from the table
   int prefetch_pct = -1;
   bool half_warps = true;
+  int row_threads = 0;  // 0: from the table
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -101,6 +104,7 @@ const Switches& switches() {
       if (s.cta_threads > 0) s.cta_threads = std::max(s.cta_threads, 32);
       s.prefetch_pct = std::clamp(tune_value(spec, "prefetch", s.prefetch_pct), -1, 1000);
       s.half_warps = tune_value(spec, "half", 1) != 0;
+      s.row_threads = std::clamp(tune_value(spec, "threads", 0), 0, 1024) / 32 * 32;
     }
     return s;
   }();
@@ -187,11 +191,12 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   c.vpt = svec > 1024 || clustered_long || (many_rows && threads_for(4) < threads_for(1)) ? 4 : 1;
   if (sw.vpt != 0) c.vpt = sw.vpt;
   c.threads_x = static_cast<int>(threads_for(c.vpt));
+  if (sw.row_threads > 0) c.threads_x = std::min(sw.row_threads, max_threads_per_cta(c.vpt));
   int cta_threads = std::min(sw.cta_threads > 0 ? sw.cta_threads : 256, max_threads_per_cta(c.vpt));
   // Fewer threads than threads_x only when the row is one tile (threads_x was not capped).
   const int64_t half_row_threads = ceil_div(ceil_div(svec, c.vpt), 16) * 16;
-  if (sw.half_warps && c.shape.cluster == 1 && lanes_per_block <= 16 && half_row_threads < c.threads_x &&
-      half_row_threads <= 256 && cta_threads / half_row_threads >= 2) {
+  if (sw.half_warps && sw.row_threads == 0 && c.shape.cluster == 1 && lanes_per_block <= 16 &&
+      half_row_threads < c.threads_x && half_row_threads <= 256 && cta_threads / half_row_threads >= 2) {
     c.threads_x = static_cast<int>(half_row_threads);
   }
   if (sw.cta_threads == 0 && writes_normed && !c.half_warp_rows() &&
