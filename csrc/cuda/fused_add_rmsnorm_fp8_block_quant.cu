@@ -58,9 +58,9 @@ const DeviceInfo& device_info(int device) {
 //   FP8NORM_PDL=0              launch without programmatic dependent launch (default: with,
 //                              on sm_90+)
 //   FP8NORM_TUNE=key=v,...     override the launch table, for benchmarks (benchmarks/NOTES.md):
-//                              slice=<vectors> (0: no decode split), cluster=<1..8>, vpt=<1|4>,
-//                              stash=0 (no shared-memory stash: multi-tile slices re-read the
-//                              residual), cta=<threads> (rows per CTA: aim for this many threads;
+//                              slice=<vectors> (0: no split, one CTA per row; the long-row
+//                              split too), cluster=<1..8>, vpt=<1|4>, stash=0 (no
+//                              shared-memory stash: multi-tile slices re-read the residual), cta=<threads> (rows per CTA: aim for this many threads;
 //                              default: by the grid's depth),
 //                              prefetch=<percent> (L2 prefetch of the rows that many percent of
 //                              a wave of CTAs ahead; 0: off; default: by the number of waves),
@@ -170,8 +170,8 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
     if (sw.slice_vecs > 0) {
       cluster = std::min(kMaxCluster, pow2_at_least(ceil_div(nvec, sw.slice_vecs)));
       while (cluster > 1 && rows * cluster > int64_t{dev.sms}) cluster /= 2;
+      if (cluster == 1 && nvec > kLongSlice) cluster = static_cast<int>(ceil_div(nvec, kLongSlice));
     }
-    if (cluster == 1 && nvec > kLongSlice) cluster = static_cast<int>(ceil_div(nvec, kLongSlice));
     if (sw.cluster > 0) cluster = sw.cluster;
     cluster = static_cast<int>(std::min<int64_t>({cluster, kMaxCluster, nblocks}));
   }
