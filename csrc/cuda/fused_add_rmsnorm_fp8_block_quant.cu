@@ -59,7 +59,7 @@ const DeviceInfo& device_info(int device) {
 //                              on sm_90+)
 //   FP8NORM_TUNE=key=v,...     override the launch table, for benchmarks (benchmarks/NOTES.md):
 //                              slice=<vectors> (0: no split, one CTA per row; the long-row
-//                              split too), cluster=<1..8>, vpt=<1|4>, stash=0 (no
+//                              split too), cluster=<1..8>, vpt=<1|2|4>, stash=0 (no
 //                              shared-memory stash: multi-tile slices re-read the residual),
 //                              cta=<threads> (rows per CTA: aim for this many threads;
 //                              default: by the grid's depth),
@@ -68,6 +68,8 @@ const DeviceInfo& device_info(int device) {
 //                              half=0 (rows in whole warps only, no half-warp rows),
 //                              threads=<multiple of 32> (threads per row slice: a slice longer
 //                              than threads x vpt vectors takes several tiles; no half-warp rows)
+//                              release=<0|1> (PDL: 1 lets the next grid launch at this one's
+//                              start, 0 as its CTAs exit; default: by occupancy)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 256;  // decode split: aim for at most this many vectors per CTA
@@ -78,6 +80,7 @@ struct Switches {
   int prefetch_pct = -1;
   bool half_warps = true;
   int row_threads = 0;  // 0: from the table
+  int release = -1;     // -1: from the occupancy rule
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -99,13 +102,14 @@ const Switches& switches() {
       s.slice_vecs = tune_value(spec, "slice", s.slice_vecs);
       s.cluster = std::clamp(tune_value(spec, "cluster", s.cluster), 0, kMaxCluster);
       s.vpt = tune_value(spec, "vpt", s.vpt);
-      if (s.vpt != 1 && s.vpt != 4) s.vpt = 0;
+      if (s.vpt != 1 && s.vpt != 2 && s.vpt != 4) s.vpt = 0;
       s.stash = tune_value(spec, "stash", 1) != 0;
       s.cta_threads = std::clamp(tune_value(spec, "cta", s.cta_threads), 0, 1024);
       if (s.cta_threads > 0) s.cta_threads = std::max(s.cta_threads, 32);
       s.prefetch_pct = std::clamp(tune_value(spec, "prefetch", s.prefetch_pct), -1, 1000);
       s.half_warps = tune_value(spec, "half", 1) != 0;
       s.row_threads = std::clamp(tune_value(spec, "threads", 0), 0, 1024) / 32 * 32;
+      s.release = std::clamp(tune_value(spec, "release", -1), -1, 1);
     }
     return s;
   }();
@@ -213,6 +217,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
                        red_bytes + stash_bytes <= static_cast<size_t>(dev.max_smem);
   c.smem_bytes = red_bytes + (c.shape.smem_stash ? stash_bytes : 0);
   c.pdl = dev.major >= 9 && sw.pdl;
+  c.release = sw.release;
   c.device = dev.device;
   c.sms = dev.sms;
   c.shape.inv_hidden = 1.0 / static_cast<double>(hidden);
