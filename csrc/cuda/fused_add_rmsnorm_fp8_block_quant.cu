@@ -59,7 +59,7 @@ const DeviceInfo& device_info(int device) {
 //                              on sm_90+)
 //   FP8NORM_TUNE=key=v,...     override the launch table, for benchmarks (benchmarks/NOTES.md):
 //                              slice=<vectors> (0: no split, one CTA per row; the long-row
-//                              split too), cluster=<1..8>, vpt=<1|2|4>, stash=0 (no
+//                              split too), cluster=<1..8>, vpt=<1|4>, stash=0 (no
 //                              shared-memory stash: multi-tile slices re-read the residual),
 //                              cta=<threads> (rows per CTA: aim for this many threads;
 //                              default: by the grid's depth),
@@ -102,7 +102,7 @@ const Switches& switches() {
       s.slice_vecs = tune_value(spec, "slice", s.slice_vecs);
       s.cluster = std::clamp(tune_value(spec, "cluster", s.cluster), 0, kMaxCluster);
       s.vpt = tune_value(spec, "vpt", s.vpt);
-      if (s.vpt != 1 && s.vpt != 2 && s.vpt != 4) s.vpt = 0;
+      if (s.vpt != 1 && s.vpt != 4) s.vpt = 0;
       s.stash = tune_value(spec, "stash", 1) != 0;
       s.cta_threads = std::clamp(tune_value(spec, "cta", s.cta_threads), 0, 1024);
       if (s.cta_threads > 0) s.cta_threads = std::max(s.cta_threads, 32);

@@ -269,7 +269,7 @@ constexpr int kMaxWarpsPerRow = 32;
 #endif
 template <int VPT>
 constexpr bool prefetch_weight() {
-  return FP8NORM_PREFETCH_WEIGHT == 2 || (FP8NORM_PREFETCH_WEIGHT == 1 && VPT <= 2);
+  return FP8NORM_PREFETCH_WEIGHT == 2 || (FP8NORM_PREFETCH_WEIGHT == 1 && VPT == 1);
 }
 
 #ifndef FP8NORM_VPT4_MIN_CTAS
@@ -375,21 +375,12 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
         }
       }
       // The vector's squares, added pairwise in double (log2(VEC) dependent adds, not VEC).
-#ifdef FP8NORM_EXPERIMENT_FLOAT_SUMSQ  // measurement only: not the contract
-      float sq[VEC];
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        const float f = C::to_float(sv[k].v[e]);
-        sq[e] = __fmul_rn(f, f);
-      }
-#else
       double sq[VEC];
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const float f = C::to_float(sv[k].v[e]);
         sq[e] = static_cast<double>(__fmul_rn(f, f));
       }
-#endif
 #pragma unroll
       for (int n = VEC / 2; n > 0; n /= 2) {
 #pragma unroll
@@ -482,11 +473,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
       const float rcp = __frcp_rn(scale);
       float q[VEC];
 #pragma unroll
-#ifdef FP8NORM_EXPERIMENT_FAST_Q  // measurement only: not the contract
-      for (int e = 0; e < VEC; ++e) q[e] = __fmul_rn(g[e], rcp);
-#else
       for (int e = 0; e < VEC; ++e) q[e] = scaled_by_reciprocal(g[e], scale, rcp);
-#endif
       uint32_t words[VEC / 4];
 #pragma unroll
       for (int e = 0; e < VEC; e += 4) {
@@ -606,8 +593,6 @@ void launch(const RowArgs& a, const LaunchConfig& cfg, bool aligned, cudaStream_
           constexpr bool R = decltype(has_res)::value, A = decltype(al)::value, H = decltype(half)::value;
           if (cfg.vpt == 4) {
             launch_one<T, W, R, A, 4, H>(a, cfg, stream);
-          } else if (cfg.vpt == 2) {
-            launch_one<T, W, R, A, 2, H>(a, cfg, stream);
           } else {
             TORCH_CHECK(cfg.vpt == 1, "fp8norm: unsupported vectors per thread ", to_str(cfg.vpt));
             launch_one<T, W, R, A, 1, H>(a, cfg, stream);

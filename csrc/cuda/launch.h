@@ -11,8 +11,8 @@
 namespace fp8norm {
 namespace cuda {
 
-// More vectors per thread need more registers: 2 or 4 vectors per thread fit without spills
-// only with at most 512 threads per CTA.
+// More vectors per thread need more registers: 4 vectors per thread fit without spills only
+// with at most 512 threads per CTA (128 registers per thread).
 constexpr int max_threads_per_cta(int vpt) { return vpt == 1 ? 1024 : 512; }
 
 // The most CTAs one row is split over (a thread-block cluster; 8 is the portable maximum).
@@ -36,7 +36,7 @@ struct LaunchConfig {
   int threads_x = 32;     // threads per row slice, a multiple of 32 (of 16 for half-warp rows),
                           // <= max_threads_per_cta(vpt)
   int rows_per_cta = 1;   // rows per CTA (1 when cluster > 1 or ntiles > 1)
-  int vpt = 1;            // 16-byte vectors per thread per tile: 1, 2 or 4
+  int vpt = 1;            // 16-byte vectors per thread per tile: 1 or 4
   size_t smem_bytes = 0;  // dynamic shared memory per CTA
   bool pdl = false;       // programmatic dependent launch (sm_90+)
   int release = -1;       // PDL: 1 release the next grid at the start, 0 at exit, -1 by occupancy
