@@ -2,8 +2,8 @@
 switches (FP8NORM_PDL, FP8NORM_TUNE; read once per process, so each setting runs in a fresh
 interpreter): clusters of 2..8 CTAs per row with even and uneven slices, several tiles per
 slice with and without the shared-memory stash, 1 and 4 vectors per thread, rows in whole
-warps or in half-warps, launches without programmatic dependent launch, and the L2 prefetch of
-later rows. Each case is checked against the full contract."""
+warps or in half-warps, the weight loaded in pass 1 or 2, launches without programmatic dependent
+launch or with the next grid released at exit, and the L2 prefetch of later rows. Each case is checked against the full contract."""
 import os
 import subprocess
 import sys
@@ -29,6 +29,8 @@ SWITCHES = [
     {"FP8NORM_TUNE": "cta=1024,prefetch=1"},     # ... with rows past M in the last CTA
     {"FP8NORM_TUNE": "half=0"},                  # rows in whole warps only (no half-warp rows)
     {"FP8NORM_TUNE": "threads=64"},              # many tiles per slice, idle lanes in short rows
+    {"FP8NORM_TUNE": "weight=1"},                # weight with the row in pass 1 (1024-thread rows too)
+    {"FP8NORM_TUNE": "weight=2,release=0"},      # weight in pass 2 (clusters too); PDL release at exit
 ]
 
 # Shapes x options: odd block counts (1152: 9 blocks; 1408: 11, in half-warp rows of 48 threads

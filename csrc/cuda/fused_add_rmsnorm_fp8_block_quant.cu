@@ -70,6 +70,8 @@ const DeviceInfo& device_info(int device) {
 //                              than threads x vpt vectors takes several tiles; no half-warp rows)
 //                              release=<0|1> (PDL: 1 lets the next grid launch at this one's
 //                              start, 0 as its CTAs exit; default: by occupancy)
+//                              weight=<1|2> (the pass that loads the weight of a slice's last
+//                              tile, 1-vector kernels only; default: the table's)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 256;  // decode split: aim for at most this many vectors per CTA
@@ -81,6 +83,7 @@ struct Switches {
   bool half_warps = true;
   int row_threads = 0;  // 0: from the table
   int release = -1;     // -1: from the occupancy rule
+  int weight_pass = 0;  // 0: from the table
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -110,6 +113,7 @@ const Switches& switches() {
       s.half_warps = tune_value(spec, "half", 1) != 0;
       s.row_threads = std::clamp(tune_value(spec, "threads", 0), 0, 1024) / 32 * 32;
       s.release = std::clamp(tune_value(spec, "release", -1), -1, 1);
+      s.weight_pass = std::clamp(tune_value(spec, "weight", 0), 0, 2);
     }
     return s;
   }();
@@ -161,6 +165,12 @@ const Switches& switches() {
 //                       normed_out (0-3% slower: 8192 x 7168 110.5 -> 114.0 µs, 16384 x 5120
 //                       156.0 -> 158.7) nor for half-warp rows (the op level, 7% slower without
 //                       normed_out at 65536 x 1152; v8)
+//   weight pass:        1-vector kernels load the weight of the last tile with the row (pass 1,
+//                       so that its latency overlaps the reduction: M = 1, H = 2048 1.65 ->
+//                       1.45 µs; 128 x 2048 2.08 -> 2.01), except where a row is one CTA of
+//                       more than 512 threads (one wave of 67..132 rows, H 4104..8192 in bf16):
+//                       there in pass 2 (128 x 8192 3.85 -> 3.73 µs, 128 x 7168 3.52 -> 3.44;
+//                       128 x 4096, 512 threads: level; v11)
 constexpr int kDeepGrid = 12;  // rows per CTA: see the table above
 constexpr int64_t kLongSlice = 4096;  // cluster: see the table above
 
@@ -209,6 +219,8 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
     cta_threads = std::min(512, max_threads_per_cta(c.vpt));
   }
   c.shape.ntiles = static_cast<int>(ceil_div(svec, int64_t{c.threads_x} * c.vpt));
+  c.shape.weight_in_pass1 = !(c.shape.cluster == 1 && c.threads_x > 512);
+  if (sw.weight_pass > 0) c.shape.weight_in_pass1 = sw.weight_pass == 1;
   c.rows_per_cta = c.shape.ntiles == 1 && c.shape.cluster == 1 ? std::max(1, cta_threads / c.threads_x) : 1;
   if (c.half_warp_rows()) c.rows_per_cta &= ~1;  // half-warp rows: whole warps per CTA
   const size_t red_bytes = sizeof(double) * (32 * c.rows_per_cta + kMaxCluster);

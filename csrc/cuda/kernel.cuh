@@ -263,7 +263,8 @@ constexpr int kMaxWarpsPerRow = 32;
 // the reduction (a decode-size call is one chain of latencies). With 1 vector per thread only by
 // default: with 4 it costs 16-32 registers (64 -> 84 for bf16, 3 CTAs of 256 threads per SM
 // instead of 4) where many rows in flight already hide the weight's latency. Build with
-// -DFP8NORM_PREFETCH_WEIGHT=0 / =2 for none / all (benchmarks/NOTES.md).
+// -DFP8NORM_PREFETCH_WEIGHT=0 / =2 for none / all (benchmarks/NOTES.md). Where it is compiled
+// in, the launch table still decides per launch (TileShape::weight_in_pass1).
 #ifndef FP8NORM_PREFETCH_WEIGHT
 #define FP8NORM_PREFETCH_WEIGHT 1
 #endif
@@ -313,6 +314,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   const int v_begin = static_cast<int>(rank) * s.slice_vecs;
   const int v_end = min(nvec, v_begin + s.slice_vecs);
   const int tile_vecs = blockDim.x * VPT;
+  const bool weight_early = prefetch_weight<VPT>() && s.weight_in_pass1;
   const int64_t safe_row = active ? row : 0;  // pointers are formed, never dereferenced, if inactive
 
   const T* in = row_start<ALIGNED>(static_cast<const T*>(a.input) + safe_row * a.input_stride);
@@ -356,7 +358,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
       if (active && v < v_end) {
         load<ALIGNED, Hint::kStream>(sv[k], vec_at<VEC>(in, v));
         if constexpr (HAS_RES) load<ALIGNED, Hint::kStream>(vres[k], vec_at<VEC>(res, v));
-        if (prefetch_weight<VPT>() && t == s.ntiles - 1) load<ALIGNED, Hint::kKeep>(wv[k], vec_at<VEC>(w, v));
+        if (weight_early && t == s.ntiles - 1) load<ALIGNED, Hint::kKeep>(wv[k], vec_at<VEC>(w, v));
       } else {
         opaque_fill(sv[k]);
         opaque_fill(wv[k]);
@@ -441,7 +443,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
           load<ALIGNED, Hint::kStream>(sv[k], vec_at<VEC>(HAS_RES ? res : in, v));  // last read
         }
       }
-      if (!prefetch_weight<VPT>() || t != s.ntiles - 1) load<ALIGNED, Hint::kKeep>(wv[k], vec_at<VEC>(w, v));
+      if (!weight_early || t != s.ntiles - 1) load<ALIGNED, Hint::kKeep>(wv[k], vec_at<VEC>(w, v));
     }
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {

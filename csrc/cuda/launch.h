@@ -29,6 +29,8 @@ struct TileShape {
   int prefetch_ctas = 0;    // ask L2 for the input and residual rows of the CTA this many CTAs
                             // ahead (0: off; cluster == 1 only; aligned rows only)
   bool release_early = true;  // PDL: let the next grid launch as soon as this one has started
+  bool weight_in_pass1 = true;  // load the weight of the last tile with the row (1-vector
+                                // kernels; else in pass 2, after the reduction)
 };
 
 struct LaunchConfig {
