@@ -167,10 +167,10 @@ const Switches& switches() {
 //                       normed_out at 65536 x 1152; v8)
 //   weight pass:        1-vector kernels load the weight of the last tile with the row (pass 1,
 //                       so that its latency overlaps the reduction: M = 1, H = 2048 1.65 ->
-//                       1.45 µs; 128 x 2048 2.08 -> 2.01), except where a row is one CTA of
-//                       more than 512 threads (one wave of 67..132 rows, H 4104..8192 in bf16):
-//                       there in pass 2 (128 x 8192 3.85 -> 3.73 µs, 128 x 7168 3.52 -> 3.44;
-//                       128 x 4096, 512 threads: level; v11)
+//                       1.46 µs; 128 x 2048 2.10 -> 2.02), except where a row is one CTA of
+//                       more than 512 threads (one wave of 67..132 rows, bf16 H 4224..8192):
+//                       there in pass 2 (128 x 8192 3.88 -> 3.79 µs, 100 x 8192 3.71 -> 3.53;
+//                       128 x 5120: level; 128 x 4096, 512 threads: level either way; v11)
 constexpr int kDeepGrid = 12;  // rows per CTA: see the table above
 constexpr int64_t kLongSlice = 4096;  // cluster: see the table above
 
