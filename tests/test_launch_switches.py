@@ -2,8 +2,9 @@
 switches (FP8NORM_PDL, FP8NORM_TUNE; read once per process, so each setting runs in a fresh
 interpreter): clusters of 2..8 CTAs per row with even and uneven slices, several tiles per
 slice with and without the shared-memory stash, 1 and 4 vectors per thread, rows in whole
-warps or in half-warps, the weight loaded in pass 1 or 2, launches without programmatic dependent
-launch or with the next grid released at exit, and the L2 prefetch of later rows. Each case is checked against the full contract."""
+warps or in half-warps, the weight loaded in pass 1 or 2, launches without programmatic
+dependent launch or with the next grid released at exit, and the L2 prefetch of later rows.
+Each case is checked against the full contract."""
 import os
 import subprocess
 import sys
