@@ -223,7 +223,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   if (sw.weight_pass > 0) c.shape.weight_in_pass1 = sw.weight_pass == 1;
   c.rows_per_cta = c.shape.ntiles == 1 && c.shape.cluster == 1 ? std::max(1, cta_threads / c.threads_x) : 1;
   if (c.half_warp_rows()) c.rows_per_cta &= ~1;  // half-warp rows: whole warps per CTA
-  const size_t red_bytes = sizeof(double) * (32 * c.rows_per_cta + kMaxCluster);
+  const size_t red_bytes = reduction_smem_bytes(c.rows_per_cta);
   const size_t stash_bytes = static_cast<size_t>(svec * 16);
   c.shape.smem_stash = sw.stash && c.shape.ntiles > 1 &&
                        red_bytes + stash_bytes <= static_cast<size_t>(dev.max_smem);

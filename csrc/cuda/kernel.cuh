@@ -190,14 +190,8 @@ __device__ __forceinline__ uint32_t to_fp8x2(float a, float b) {
 // no-op when the launch was not programmatic), then, if `release`, lets the next grid in the
 // stream launch now (its own wait still holds it until this grid has completed); without, the
 // next grid launches as this one's CTAs exit.
-// MEASUREMENT ONLY (wip/prologue): -DFP8NORM_STUB=1 returns at entry, =2 after the prologue and
-// the wait, =3 after rstd; -DFP8NORM_NO_CLUSTER compiles the cluster code out; -DFP8NORM_NO_GRIDDEP
-// compiles griddepcontrol out (no-PDL runs only). None of these builds computes the contract.
-#ifndef FP8NORM_STUB
-#define FP8NORM_STUB 0
-#endif
 __device__ __forceinline__ void wait_previous_grid(bool release) {
-#if FP8NORM_SM90 && !defined(FP8NORM_NO_GRIDDEP)
+#if FP8NORM_SM90
   asm volatile("griddepcontrol.wait;" ::: "memory");
   if (release) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
@@ -206,7 +200,7 @@ __device__ __forceinline__ void wait_previous_grid(bool release) {
 // The index of this CTA's cluster in the grid (blockIdx.x / cluster size, without a division:
 // a launch without clusters is one of 1x1x1 clusters on sm_90+).
 __device__ __forceinline__ unsigned cluster_index() {
-#if FP8NORM_SM90 && !defined(FP8NORM_NO_CLUSTER)
+#if FP8NORM_SM90
   unsigned r;
   asm("mov.u32 %0, %%clusterid.x;" : "=r"(r));
   return r;
@@ -231,17 +225,12 @@ __device__ __forceinline__ unsigned cluster_rank() {
   return r;
 }
 
-// Cluster barrier, split: every thread arrives, later waits. The first phase (relaxed arrive
-// at kernel start) proves every CTA of the cluster is running before any distributed shared
-// memory access; the second (release / acquire) publishes the partial sums.
+// Cluster barrier, split: every thread arrives (relaxed) at kernel start, and waits before its
+// CTA's first distributed shared memory access: every CTA of the cluster is then running, with
+// its mbarrier initialized.
 __device__ __forceinline__ void cluster_arrive_relaxed() {
 #if FP8NORM_SM90
   asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cluster_arrive_release() {
-#if FP8NORM_SM90
-  asm volatile("barrier.cluster.arrive.release;" ::: "memory");
 #endif
 }
 __device__ __forceinline__ void cluster_wait() {
@@ -250,20 +239,56 @@ __device__ __forceinline__ void cluster_wait() {
 #endif
 }
 
-// Stores v at `local` (a shared-memory address of this CTA) in the shared memory of the CTA
-// of cluster rank `rank`.
-__device__ __forceinline__ void store_to_cluster_rank(double* local, unsigned rank, double v) {
+// The slices' sums of squares are exchanged by st.async: each store completes its bytes on the
+// receiving CTA's mbarrier, which that CTA waits on. No cluster-wide release: a release arrive
+// on the cluster barrier (v11's exchange) compiles to MEMBAR.ALL.GPU, which waits for this
+// thread's outstanding global stores (the new residual): 0.5 µs of a 2.05 µs M = 1, H = 8192
+// call (benchmarks/NOTES.md, v12).
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// One thread: an mbarrier of one arrival, expecting `bytes` (its own arrival comes with it).
+// The fence makes the initialization visible to the cluster's async stores (ordered by the
+// cluster barrier's arrive / wait).
+__device__ __forceinline__ void mbarrier_init_expect(uint64_t* bar, uint32_t bytes) {
 #if FP8NORM_SM90
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
-  unsigned remote = 0;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
-  asm volatile("st.shared::cluster.f64 [%0], %1;" ::"r"(remote), "d"(v) : "memory");
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar)) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(
+                   shared_address(bar)),
+               "r"(bytes) : "memory");
+#endif
+}
+
+// Waits until the mbarrier's first phase has completed (all expected bytes arrived).
+__device__ __forceinline__ void mbarrier_wait_first_phase(uint64_t* bar) {
+#if FP8NORM_SM90
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(shared_address(bar))
+        : "memory");
+  }
+#endif
+}
+
+// Stores v at `local` (a shared-memory address of this CTA) in the shared memory of the CTA of
+// cluster rank `rank`, completing 8 bytes on that CTA's copy of the mbarrier `bar`.
+__device__ __forceinline__ void store_to_cluster_rank(double* local, uint64_t* bar, unsigned rank, double v) {
+#if FP8NORM_SM90
+  uint32_t remote = 0, remote_bar = 0;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(shared_address(local)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_bar) : "r"(shared_address(bar)), "r"(rank));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];" ::"r"(remote),
+               "l"(__double_as_longlong(v)), "r"(remote_bar)
+               : "memory");
 #else
   __trap();
 #endif
 }
-
-constexpr int kMaxWarpsPerRow = 32;
 
 // Load the weight of a slice's last tile in pass 1, with the row, so that its latency overlaps
 // the reduction (a decode-size call is one chain of latencies). With 1 vector per thread only by
@@ -296,19 +321,19 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   static_assert(!HALF || LPB <= 16, "half-warp rows need 1x128 blocks of at most 16 lanes");
   using C = Cvt<T>;
 
-  // Shared memory: red[rows_per_cta][kMaxWarpsPerRow], cluster_red[kMaxCluster], stash.
+  // Shared memory: red[rows_per_cta][kMaxWarpsPerRow], cluster_red[kMaxCluster], the mbarrier,
+  // the stash (reduction_smem_bytes).
   extern __shared__ __align__(16) unsigned char smem[];
   double* red = reinterpret_cast<double*>(smem);
   double* cluster_red = red + kMaxWarpsPerRow * blockDim.y;
-  T* stash = reinterpret_cast<T*>(cluster_red + kMaxCluster);
+  uint64_t* bar = reinterpret_cast<uint64_t*>(cluster_red + kMaxCluster);
+  T* stash = reinterpret_cast<T*>(smem + reduction_smem_bytes(static_cast<int>(blockDim.y)));
 
-  if constexpr (FP8NORM_STUB == 1) return;
-#ifdef FP8NORM_NO_CLUSTER
-  const bool clustered = false;
-#else
-  const bool clustered = s.cluster > 1;
-#endif  // then blockDim.y == 1 and gridDim.x == rows * cluster
-  if (clustered) cluster_arrive_relaxed();
+  const bool clustered = s.cluster > 1;  // then blockDim.y == 1 and gridDim.x == rows * cluster
+  if (clustered) {
+    if (threadIdx.x == 0) mbarrier_init_expect(bar, static_cast<uint32_t>(sizeof(double) * s.cluster));
+    cluster_arrive_relaxed();
+  }
   const unsigned rank = clustered ? cluster_rank() : 0;
   const int tx = threadIdx.x;
   // A row's threads are whole warps (blockDim.x a multiple of 32), or, HALF, whole half-warps
@@ -344,15 +369,6 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   double acc = 0.0;
 
   wait_previous_grid(s.release_early);
-  if constexpr (FP8NORM_STUB == 2) {
-    // keep the prologue's values alive (a store that never runs: eps is never NaN here)
-    if (a.eps != a.eps) {
-      *reinterpret_cast<uint64_t*>(a.out) = reinterpret_cast<uint64_t>(in) ^ reinterpret_cast<uint64_t>(res) ^
-          reinterpret_cast<uint64_t>(normed) ^ reinterpret_cast<uint64_t>(out) ^ reinterpret_cast<uint64_t>(scale_row) ^
-          uint64_t(v_begin + v_end + tile_vecs + int(weight_early) + lane);
-    }
-    return;
-  }
 
   // Rows further on (a later CTA's, `s.prefetch_ctas` CTAs ahead: the CTA that will run on an SM
   // when this one is done) are asked into L2 now, so that DRAM keeps streaming while the rows
@@ -436,18 +452,13 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
     if (off < group) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, off);
   }
   if (clustered) {
-    cluster_wait();  // every CTA of the cluster has started
-    if (tx < s.cluster) store_to_cluster_rank(cluster_red + rank, static_cast<unsigned>(tx), sum_sq);
-    cluster_arrive_release();
-    cluster_wait();
+    cluster_wait();  // every CTA of the cluster is running, its mbarrier initialized
+    if (tx < s.cluster) store_to_cluster_rank(cluster_red + rank, bar, static_cast<unsigned>(tx), sum_sq);
+    mbarrier_wait_first_phase(bar);  // every slice's sum has arrived
     sum_sq = 0.0;
     for (int i = 0; i < s.cluster; ++i) sum_sq += cluster_red[i];
   }
   const float rstd = rstd_from_sum_of_squares_device(sum_sq, s.inv_hidden, a.eps);
-  if constexpr (FP8NORM_STUB == 3) {
-    if (rstd == -1.0f) *reinterpret_cast<float*>(a.out) = rstd;  // never runs: keeps rstd alive
-    return;
-  }
 
   // Pass 2: the last tile is still in registers; earlier tiles come back from the stash (or,
   // without one, from the residual / input just read: a same-thread read-after-write).

@@ -18,6 +18,17 @@ constexpr int max_threads_per_cta(int vpt) { return vpt == 1 ? 1024 : 512; }
 // The most CTAs one row is split over (a thread-block cluster; 8 is the portable maximum).
 constexpr int kMaxCluster = 8;
 
+// The most warps (or half-warps) of one row in one CTA.
+constexpr int kMaxWarpsPerRow = 32;
+
+// Shared memory of a CTA before its stash: the warps' sums of squares,
+// red[rows_per_cta][kMaxWarpsPerRow] (double), the slices' sums, cluster_red[kMaxCluster]
+// (double), and the mbarrier of the cluster exchange (8 bytes, padded to 16 so that the stash
+// that follows stays 16-byte aligned).
+constexpr size_t reduction_smem_bytes(int rows_per_cta) {
+  return sizeof(double) * (static_cast<size_t>(kMaxWarpsPerRow) * rows_per_cta + kMaxCluster) + 16;
+}
+
 // What the kernel needs to know about the launch, besides blockDim and RowArgs.
 struct TileShape {
   int cluster = 1;          // CTAs per row: a row is split into `cluster` slices of whole 1x128
