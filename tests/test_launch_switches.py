@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 SWITCHES = [
     {"FP8NORM_PDL": "0"},
     {"FP8NORM_TUNE": "slice=0"},                 # no split: one CTA per row (65536: whole-row stash)
-    {"FP8NORM_TUNE": "slice=32"},                # decode split as far as it goes
+    {"FP8NORM_TUNE": "slice=32"},                # decode split as far as it goes (rows > 256 vectors)
     {"FP8NORM_TUNE": "cluster=2,vpt=1"},         # long rows: many tiles per slice
     {"FP8NORM_TUNE": "cluster=3"},               # uneven slices (H / 128 not a multiple of 3)
     {"FP8NORM_TUNE": "cluster=7,vpt=4"},

@@ -58,8 +58,8 @@ const DeviceInfo& device_info(int device) {
 //   FP8NORM_PDL=0              launch without programmatic dependent launch (default: with,
 //                              on sm_90+)
 //   FP8NORM_TUNE=key=v,...     override the launch table, for benchmarks (benchmarks/NOTES.md):
-//                              slice=<vectors> (0: no split, one CTA per row; the long-row
-//                              split too), cluster=<1..8>, vpt=<1|4>, stash=0 (no
+//                              slice=<vectors> (decode split of rows over 256 vectors; 0: no
+//                              split, one CTA per row; the long-row split too), cluster=<1..8>, vpt=<1|4>, stash=0 (no
 //                              shared-memory stash: multi-tile slices re-read the residual),
 //                              cta=<threads> (rows per CTA: aim for this many threads;
 //                              default: by the grid's depth),
@@ -74,7 +74,7 @@ const DeviceInfo& device_info(int device) {
 //                              tile, 1-vector kernels only; default: the table's)
 struct Switches {
   bool pdl = true;
-  int slice_vecs = 256;  // decode split: aim for at most this many vectors per CTA
+  int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
   int cluster = 0;       // 0: from the table
   int vpt = 0;           // 0: from the table
   bool stash = true;
@@ -124,8 +124,12 @@ const Switches& switches() {
 // number of rows M (measurements: benchmarks/NOTES.md).
 //   cluster (CTAs per row, sm_90+, at most 8; each takes a slice of whole 1x128 blocks):
 //                       while M * cluster <= SMs (decode sizes: one wave), enough to bring a
-//                       slice down to ~256 vectors, so that one SM no longer does a whole long
-//                       row (M = 1, H = 16384: 6.8 -> 2.5 µs). Not beyond one wave: M = 128,
+//                       slice down to ~128 vectors, so that one SM no longer does a whole long
+//                       row (M = 1, H = 16384: 6.8 -> 2.5 µs, v3, with ~256), for rows of more
+//                       than 256 vectors (M = 1, H = 2048 in two slices: 1.48 -> 1.52 µs; v12).
+//                       128 rather than 256 since the exchange no longer waits for the global
+//                       stores (v12: 1 x 4096 1.80 -> 1.64 µs, 1 x 8192 1.88 -> 1.75, 16 x 4096
+//                       1.97 -> 1.77). Not beyond one wave: M = 128,
 //                       H = 16384 with 2 CTAs per row (two waves) took 10.0 µs, one CTA per row
 //                       6.7; M = 16384, H = 32768 with 2 CTAs per row reached 79% of copy, one
 //                       CTA per row over two tiles (v2.1) 88%. Rows the decode rule leaves
@@ -172,6 +176,7 @@ const Switches& switches() {
 //                       there in pass 2 (128 x 8192 3.88 -> 3.79 µs, 100 x 8192 3.71 -> 3.53;
 //                       128 x 5120: level; 128 x 4096, 512 threads: level either way; v11)
 constexpr int kDeepGrid = 12;  // rows per CTA: see the table above
+constexpr int64_t kWholeRow = 256;    // cluster: see the table above
 constexpr int64_t kLongSlice = 4096;  // cluster: see the table above
 
 LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool writes_normed,
@@ -183,7 +188,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   int cluster = 1;
   if (dev.major >= 9) {
     if (sw.slice_vecs > 0) {
-      cluster = std::min(kMaxCluster, pow2_at_least(ceil_div(nvec, sw.slice_vecs)));
+      if (nvec > kWholeRow) cluster = std::min(kMaxCluster, pow2_at_least(ceil_div(nvec, sw.slice_vecs)));
       while (cluster > 1 && rows * cluster > int64_t{dev.sms}) cluster /= 2;
       if (cluster == 1 && nvec > kLongSlice) cluster = static_cast<int>(ceil_div(nvec, kLongSlice));
     }
