@@ -59,7 +59,8 @@ const DeviceInfo& device_info(int device) {
 //                              on sm_90+)
 //   FP8NORM_TUNE=key=v,...     override the launch table, for benchmarks (benchmarks/NOTES.md):
 //                              slice=<vectors> (decode split of rows over 256 vectors; 0: no
-//                              split, one CTA per row; the long-row split too), cluster=<1..8>, vpt=<1|4>, stash=0 (no
+//                              split, one CTA per row; the long-row split too),
+//                              cluster=<1..8>, vpt=<1|4>, stash=0 (no
 //                              shared-memory stash: multi-tile slices re-read the residual),
 //                              cta=<threads> (rows per CTA: aim for this many threads;
 //                              default: by the grid's depth),

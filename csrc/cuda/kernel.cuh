@@ -331,8 +331,8 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
 
   const bool clustered = s.cluster > 1;  // then blockDim.y == 1 and gridDim.x == rows * cluster
   // Split rows: the exchange's mbarrier and the cluster arrive at entry, not after the wait
-  // (there, split decode rows lost 3.5-7%; here, unsplit rows of 160 threads pay 0.05-0.10 µs
-  // for the branch over it; benchmarks/NOTES.md, v12, item 6).
+  // (there, split decode rows lost 3.5-7%; here, unsplit rows of 160 threads, M = 1 / 16,
+  // H = 1152, pay 0.05-0.10 µs for it; benchmarks/NOTES.md, v12, item 6).
   if (clustered) {
     if (threadIdx.x == 0) mbarrier_init_expect(bar, static_cast<uint32_t>(sizeof(double) * s.cluster));
     cluster_arrive_relaxed();
