@@ -312,9 +312,11 @@ constexpr bool prefetch_weight() {
 // from 89% to 75% of copy, benchmarks/NOTES.md v3; -DFP8NORM_VPT4_MIN_CTAS=1 lifts the cap).
 // bf16 / fp16 / fp32 do not spill, a float32 weight 24-48 bytes (ptxas, v5).
 // Unaligned rows keep every register.
-template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT, bool HALF>
+template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT, Layout L>
 __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED ? FP8NORM_VPT4_MIN_CTAS : 1)
     fused_add_rmsnorm_fp8_block_quant_kernel(const RowArgs a, const TileShape s) {
+  constexpr bool HALF = L == Layout::kHalfWarpRows;
+  constexpr bool CLUSTER = L == Layout::kClusterSlices;  // then s.cluster > 1, blockDim.y == 1
   constexpr int VEC = 16 / sizeof(T);
   constexpr int LPB = kBlock / VEC;  // lanes per quantization block
   static_assert(LPB <= 32 && 32 % LPB == 0, "a 1x128 block must sit inside one warp");
@@ -329,15 +331,15 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   uint64_t* bar = reinterpret_cast<uint64_t*>(cluster_red + kMaxCluster);
   T* stash = reinterpret_cast<T*>(smem + reduction_smem_bytes(static_cast<int>(blockDim.y)));
 
-  const bool clustered = s.cluster > 1;  // then blockDim.y == 1 and gridDim.x == rows * cluster
   // Split rows: the exchange's mbarrier and the cluster arrive at entry, not after the wait
-  // (there, split decode rows lost 3.5-7%; here, unsplit rows of 160 threads, M = 1 / 16,
-  // H = 1152, pay 0.05-0.10 µs for it; benchmarks/NOTES.md, v12, item 6).
-  if (clustered) {
+  // (there, split decode rows lost 3.5-7%; benchmarks/NOTES.md, v12, item 6). The other layouts
+  // are kernels without this code (in v12 unsplit rows of 160 threads, M = 1 / 16, H = 1152,
+  // paid 0.05-0.10 µs for the untaken branch and its setup; v13).
+  if constexpr (CLUSTER) {
     if (threadIdx.x == 0) mbarrier_init_expect(bar, static_cast<uint32_t>(sizeof(double) * s.cluster));
     cluster_arrive_relaxed();
   }
-  const unsigned rank = clustered ? cluster_rank() : 0;
+  const unsigned rank = CLUSTER ? cluster_rank() : 0;
   const int tx = threadIdx.x;
   // A row's threads are whole warps (blockDim.x a multiple of 32), or, HALF, whole half-warps
   // (blockDim.x an odd multiple of 16: the launcher gives a CTA an even number of rows, so that
@@ -454,7 +456,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   for (int off = kMaxWarpsPerRow / 2; off > 0; off /= 2) {
     if (off < group) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, off);
   }
-  if (clustered) {
+  if constexpr (CLUSTER) {
     cluster_wait();  // every CTA of the cluster is running, its mbarrier initialized
     if (tx < s.cluster) store_to_cluster_rank(cluster_red + rank, bar, static_cast<unsigned>(tx), sum_sq);
     mbarrier_wait_first_phase(bar);  // every slice's sum has arrived
@@ -556,9 +558,9 @@ int64_t ctas_per_sm(K* kernel, int device, unsigned threads, size_t smem) {
   return cache.emplace(key, std::max(per_sm, 1)).first->second;
 }
 
-template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT, bool HALF>
+template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT, Layout L>
 void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) {
-  auto* kernel = fused_add_rmsnorm_fp8_block_quant_kernel<T, W, HAS_RES, ALIGNED, VPT, HALF>;
+  auto* kernel = fused_add_rmsnorm_fp8_block_quant_kernel<T, W, HAS_RES, ALIGNED, VPT, L>;
   if (cfg.smem_bytes > 48 * 1024) {
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(cfg.smem_bytes)));
@@ -629,22 +631,29 @@ void launch(const RowArgs& a, const LaunchConfig& cfg, bool aligned, cudaStream_
     using W = std::conditional_t<decltype(w_float)::value, float, T>;
     with_bool(a.residual != nullptr, [&](auto has_res) {
       with_bool(aligned, [&](auto al) {
-        auto with_rows = [&](auto half) {
-          constexpr bool R = decltype(has_res)::value, A = decltype(al)::value, H = decltype(half)::value;
+        auto with_layout = [&](auto layout) {
+          constexpr bool R = decltype(has_res)::value, A = decltype(al)::value;
+          constexpr Layout L = decltype(layout)::value;
           if (cfg.vpt == 4) {
-            launch_one<T, W, R, A, 4, H>(a, cfg, stream);
+            launch_one<T, W, R, A, 4, L>(a, cfg, stream);
           } else {
             TORCH_CHECK(cfg.vpt == 1, "fp8norm: unsupported vectors per thread ", to_str(cfg.vpt));
-            launch_one<T, W, R, A, 1, H>(a, cfg, stream);
+            launch_one<T, W, R, A, 1, L>(a, cfg, stream);
           }
         };
-        // Half-warp rows: 2-byte types only (the launch table never picks them for float).
-        const bool half = cfg.half_warp_rows();
-        if constexpr (sizeof(T) == 2) {
-          with_bool(half, with_rows);
-        } else {
-          TORCH_CHECK(!half, "fp8norm: half-warp rows need a 2-byte type");
-          with_rows(std::false_type{});
+        switch (cfg.layout()) {
+          case Layout::kClusterSlices:
+            with_layout(std::integral_constant<Layout, Layout::kClusterSlices>{});
+            break;
+          case Layout::kHalfWarpRows:
+            // 2-byte types only (the launch table never picks them for float).
+            if constexpr (sizeof(T) == 2) {
+              with_layout(std::integral_constant<Layout, Layout::kHalfWarpRows>{});
+            } else {
+              TORCH_CHECK(false, "fp8norm: half-warp rows need a 2-byte type");
+            }
+            break;
+          default: with_layout(std::integral_constant<Layout, Layout::kWarpRows>{});
         }
       });
     });

@@ -29,6 +29,14 @@ constexpr size_t reduction_smem_bytes(int rows_per_cta) {
   return sizeof(double) * (static_cast<size_t>(kMaxWarpsPerRow) * rows_per_cta + kMaxCluster) + 16;
 }
 
+// How a CTA's threads cover rows (one kernel instantiation each, so that no kernel carries
+// code it never runs):
+//   kWarpRows      each row (whole, one CTA) in whole warps, rows_per_cta rows per CTA
+//   kHalfWarpRows  each row (whole, one CTA) in whole half-warps: a warp may hold the end of one
+//                  row and the start of the next (2-byte types only)
+//   kClusterSlices each row split into slices over the CTAs of a thread-block cluster (sm_90+)
+enum class Layout { kWarpRows, kHalfWarpRows, kClusterSlices };
+
 // What the kernel needs to know about the launch, besides blockDim and RowArgs.
 struct TileShape {
   int cluster = 1;          // CTAs per row: a row is split into `cluster` slices of whole 1x128
@@ -59,8 +67,11 @@ struct LaunchConfig {
                           // launcher turns it into shape.prefetch_ctas; 0: off; -1: by the
                           // number of waves)
   // Half-warp rows: threads_x an odd multiple of 16, so a warp may hold the end of one row and
-  // the start of the next (the kernel's HALF parameter; 2-byte types only).
+  // the start of the next (2-byte types only).
   bool half_warp_rows() const { return threads_x % 32 != 0; }
+  Layout layout() const {
+    return shape.cluster > 1 ? Layout::kClusterSlices : half_warp_rows() ? Layout::kHalfWarpRows : Layout::kWarpRows;
+  }
 };
 
 // T is __nv_bfloat16, __half or float. aligned: every row start of input, residual, weight and
