@@ -319,6 +319,7 @@ __device__ __forceinline__ double row_sum_tree(const double* red_row, int nw) {
   if (nw <= 16) return c0 + c1;
   return (c0 + c1) + (pairwise8(red_row + 16, nw - 16) + pairwise8(red_row + 24, nw - 24));
 }
+
 // Load the weight of a slice's last tile in pass 1, with the row, so that its latency overlaps
 // the reduction (a decode-size call is one chain of latencies). With 1 vector per thread only by
 // default: with 4 it costs 16-32 registers (64 -> 84 for bf16, 3 CTAs of 256 threads per SM
@@ -333,23 +334,6 @@ constexpr bool prefetch_weight() {
   return FP8NORM_PREFETCH_WEIGHT == 2 || (FP8NORM_PREFETCH_WEIGHT == 1 && VPT == 1);
 }
 
-// Measurement only (benchmarks/timeline_probe.py): -DFP8NORM_TIMELINE makes thread 0 of CTA 0
-// write the SM clock at the end of each phase over row 0's first block scales (NOT the contract).
-#ifdef FP8NORM_TIMELINE
-__device__ __forceinline__ long long stamp_after(double dep) {
-  asm volatile("" ::"d"(dep) : "memory");
-  return clock64();
-}
-__device__ __forceinline__ unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
-}
-#define FP8NORM_STAMP(i, dep) stamps[i] = stamp_after(static_cast<double>(dep))
-#else
-#define FP8NORM_STAMP(i, dep)
-#endif
-
 #ifndef FP8NORM_VPT4_MIN_CTAS
 #define FP8NORM_VPT4_MIN_CTAS 2
 #endif
@@ -361,11 +345,6 @@ __device__ __forceinline__ unsigned long long global_ns() {
 template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT, Layout L>
 __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED ? FP8NORM_VPT4_MIN_CTAS : 1)
     fused_add_rmsnorm_fp8_block_quant_kernel(const RowArgs a, const TileShape s) {
-#ifdef FP8NORM_TIMELINE
-  long long stamps[11];
-  const unsigned long long ns0 = global_ns();
-  FP8NORM_STAMP(0, 0.0);
-#endif
   constexpr bool HALF = L == Layout::kHalfWarpRows;
   constexpr bool CLUSTER = L == Layout::kClusterSlices;  // then s.cluster > 1, blockDim.y == 1
   constexpr int VEC = 16 / sizeof(T);
@@ -425,7 +404,6 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   double acc = 0.0;
 
   wait_previous_grid(s.release_early);
-  FP8NORM_STAMP(1, 0.0);
 
   // Rows further on (a later CTA's, `s.prefetch_ctas` CTAs ahead: the CTA that will run on an SM
   // when this one is done) are asked into L2 now, so that DRAM keeps streaming while the rows
@@ -487,13 +465,11 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
     }
   }
 
-  FP8NORM_STAMP(2, acc);
   // Row sum of squares: warp shuffles, then one exchange through shared memory, then (with a
   // cluster) one exchange of the slices' sums through distributed shared memory.
   if constexpr (!HALF) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, 16);
 #pragma unroll
   for (int off = 8; off > 0; off /= 2) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
-  FP8NORM_STAMP(3, acc);
   if ((tx & (seg - 1)) == 0) red[threadIdx.y * kMaxWarpsPerRow + (tx >> seg_shift)] = acc;
   __syncthreads();
   // Every warp adds the row's nw warp (or half-warp) sums by a butterfly over groups of
@@ -502,8 +478,8 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   // (one after another, v3: 0.28 µs slower with 32 warps, benchmarks/NOTES.md, v4). Each step
   // adds the same two values in both lanes of a pair (a + b == b + a bitwise), so every lane of
   // every warp ends with the same, deterministic sum.
-  // Cluster slices add them in a register tree instead (row_sum_tree: 2.5-4% faster there; 1-12%
-  // slower for whole rows, most with 32 warps; benchmarks/NOTES.md, v13).
+  // Cluster slices add them in a register tree instead (row_sum_tree: 2.5-4% faster there; 1.5-12%
+  // slower for whole rows, most with 1 and 32 warps; benchmarks/NOTES.md, v13).
   const int nw = static_cast<int>(blockDim.x) >> seg_shift;
   double sum_sq;
   if constexpr (CLUSTER) {
@@ -517,7 +493,6 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
       if (off < group) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, off);
     }
   }
-  FP8NORM_STAMP(4, sum_sq);
   if constexpr (CLUSTER) {
     cluster_wait();  // every CTA of the cluster is running, its mbarrier initialized
     if (tx < s.cluster) store_to_cluster_rank(cluster_red + rank, bar, static_cast<unsigned>(tx), sum_sq);
@@ -526,7 +501,6 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
     for (int i = 0; i < s.cluster; ++i) sum_sq += cluster_red[i];
   }
   const float rstd = rstd_from_sum_of_squares_device(sum_sq, s.inv_hidden, a.eps);
-  FP8NORM_STAMP(5, rstd);
 
   // Pass 2: the last tile is still in registers; earlier tiles come back from the stash (or,
   // without one, from the residual / input just read: a same-thread read-after-write).
@@ -570,15 +544,12 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
         amax = max(amax, abs_bits(g[e]));
       }
       if (valid && normed != nullptr) store<ALIGNED, Hint::kStream>(vec_at<VEC>(normed, v), nv);
-      FP8NORM_STAMP(7, amax);
 #pragma unroll
       for (int off = LPB / 2; off > 0; off /= 2) {
         amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
       }
-      FP8NORM_STAMP(8, amax);
       const float scale = block_scale_from_amax_bits(amax, a.ue8m0);
       const float rcp = __frcp_rn(scale);
-      FP8NORM_STAMP(9, rcp);
       float q[VEC];
 #pragma unroll
       for (int e = 0; e < VEC; ++e) q[e] = scaled_by_reciprocal(g[e], scale, rcp);
@@ -587,22 +558,12 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
       for (int e = 0; e < VEC; e += 4) {
         words[e / 4] = to_fp8x2(q[e], q[e + 1]) | (to_fp8x2(q[e + 2], q[e + 3]) << 16);
       }
-      FP8NORM_STAMP(10, words[0]);
       if (valid) {
         store_fp8<ALIGNED, VEC>(vec_at<VEC>(out, v), words);
         if (tx % LPB == 0) scale_row[(v / LPB) * a.scale_stride_col] = scale;
       }
     }
   }
-#ifdef FP8NORM_TIMELINE
-  FP8NORM_STAMP(6, 0.0);
-  const unsigned long long ns1 = global_ns();
-  __syncthreads();  // this CTA's own scale stores first
-  if (blockIdx.x == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
-    for (int i = 1; i < 11; ++i) scale_row[(i - 1) * a.scale_stride_col] = static_cast<float>(stamps[i] - stamps[0]);
-    scale_row[10 * a.scale_stride_col] = static_cast<float>(ns1 - ns0);
-  }
-#endif
 }
 
 }  // namespace cuda
