@@ -290,36 +290,6 @@ __device__ __forceinline__ void store_to_cluster_rank(double* local, uint64_t* b
 #endif
 }
 
-// The row's nw (1..32) warp sums in shared memory, added by every thread in one fixed pairwise
-// tree (zero-padded to whole chunks of 8): 16-byte broadcast loads, then log2 levels of adds in
-// registers; every thread gets the same, deterministic sum. Slots past nw (inside the row's
-// kMaxWarpsPerRow) are loaded but replaced by zeros: never written, never used as values.
-__device__ __forceinline__ double pairwise8(const double* p, int n) {
-  const double2* q = reinterpret_cast<const double2*>(p);
-  double v[8];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const double2 d = q[i];
-    v[2 * i] = d.x;
-    v[2 * i + 1] = d.y;
-  }
-#pragma unroll
-  for (int i = 0; i < 8; ++i) v[i] = i < n ? v[i] : 0.0;
-#pragma unroll
-  for (int m = 4; m > 0; m /= 2) {
-#pragma unroll
-    for (int i = 0; i < m; ++i) v[i] = v[2 * i] + v[2 * i + 1];
-  }
-  return v[0];
-}
-__device__ __forceinline__ double row_sum_tree(const double* red_row, int nw) {
-  const double c0 = pairwise8(red_row, nw);
-  if (nw <= 8) return c0;
-  const double c1 = pairwise8(red_row + 8, nw - 8);
-  if (nw <= 16) return c0 + c1;
-  return (c0 + c1) + (pairwise8(red_row + 16, nw - 16) + pairwise8(red_row + 24, nw - 24));
-}
-
 // Load the weight of a slice's last tile in pass 1, with the row, so that its latency overlaps
 // the reduction (a decode-size call is one chain of latencies). With 1 vector per thread only by
 // default: with 4 it costs 16-32 registers (64 -> 84 for bf16, 3 CTAs of 256 threads per SM
@@ -478,20 +448,13 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   // (one after another, v3: 0.28 µs slower with 32 warps, benchmarks/NOTES.md, v4). Each step
   // adds the same two values in both lanes of a pair (a + b == b + a bitwise), so every lane of
   // every warp ends with the same, deterministic sum.
-  // Cluster slices add them in a register tree instead (row_sum_tree: 2.5-4% faster there; 1.5-12%
-  // slower for whole rows, most with 1 and 32 warps; benchmarks/NOTES.md, v13).
   const int nw = static_cast<int>(blockDim.x) >> seg_shift;
-  double sum_sq;
-  if constexpr (CLUSTER) {
-    sum_sq = row_sum_tree(red + threadIdx.y * kMaxWarpsPerRow, nw);
-  } else {
-    const int group = nw == 1 ? 1 : 1 << (32 - __clz(nw - 1));
-    const int w_idx = lane & (group - 1);
-    sum_sq = w_idx < nw ? red[threadIdx.y * kMaxWarpsPerRow + w_idx] : 0.0;
+  const int group = nw == 1 ? 1 : 1 << (32 - __clz(nw - 1));
+  const int w_idx = lane & (group - 1);
+  double sum_sq = w_idx < nw ? red[threadIdx.y * kMaxWarpsPerRow + w_idx] : 0.0;
 #pragma unroll
-    for (int off = kMaxWarpsPerRow / 2; off > 0; off /= 2) {
-      if (off < group) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, off);
-    }
+  for (int off = kMaxWarpsPerRow / 2; off > 0; off /= 2) {
+    if (off < group) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, off);
   }
   if constexpr (CLUSTER) {
     cluster_wait();  // every CTA of the cluster is running, its mbarrier initialized
