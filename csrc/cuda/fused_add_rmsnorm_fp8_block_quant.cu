@@ -60,15 +60,16 @@ const DeviceInfo& device_info(int device) {
 //   FP8NORM_TUNE=key=v,...     override the launch table, for benchmarks (benchmarks/NOTES.md):
 //                              slice=<vectors> (decode split of rows over 256 vectors; 0: no
 //                              split, one CTA per row; the long-row split too),
-//                              cluster=<1..8>, vpt=<1|4>, stash=0 (no
-//                              shared-memory stash: multi-tile slices re-read the residual),
+//                              cluster=<1..8>, vpt=<1|4>,
+//                              stash=0 (no shared-memory stash: multi-tile slices re-read the
+//                              residual),
 //                              cta=<threads> (rows per CTA: aim for this many threads;
 //                              default: by the grid's depth),
 //                              prefetch=<percent> (L2 prefetch of the rows that many percent of
 //                              a wave of CTAs ahead; 0: off; default: by the number of waves),
 //                              half=0 (rows in whole warps only, no half-warp rows),
 //                              threads=<multiple of 32> (threads per row slice: a slice longer
-//                              than threads x vpt vectors takes several tiles; no half-warp rows)
+//                              than threads x vpt vectors takes several tiles; no half-warp rows),
 //                              release=<0|1> (PDL: 1 lets the next grid launch at this one's
 //                              start, 0 as its CTAs exit; default: by occupancy)
 //                              weight=<1|2> (the pass that loads the weight of a slice's last
