@@ -71,7 +71,7 @@ const DeviceInfo& device_info(int device) {
 //                              threads=<multiple of 32> (threads per row slice: a slice longer
 //                              than threads x vpt vectors takes several tiles; no half-warp rows),
 //                              release=<0|1> (PDL: 1 lets the next grid launch at this one's
-//                              start, 0 as its CTAs exit; default: by occupancy)
+//                              start, 0 as its CTAs exit; default: by occupancy),
 //                              weight=<1|2> (the pass that loads the weight of a slice's last
 //                              tile, 1-vector kernels only; default: the table's)
 struct Switches {
