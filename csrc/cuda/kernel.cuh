@@ -595,11 +595,15 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
     const int64_t sms = cfg.sms;
     const int64_t resident = per_sm * sms;
     // PDL: release the next grid at the start, unless this grid is one wave that takes more
-    // than half the CTA slots and an SM could hold more of the next grid's CTAs than its even
-    // share: then the next grid's CTAs, placed as slots free up, pile onto the SMs that finish
-    // first (M = 512, H = 5120: 10.4 µs with an early release, 7.9 without PDL, 7.55 with
-    // this rule; v5).
-    shape.release_early = !(ctas <= resident && 2 * ctas > resident && per_sm > (ctas + sms - 1) / sms);
+    // than half the CTA slots and leaves slots free: an SM could hold more of the next grid's
+    // CTAs than its even share, or (4-vector rows, several CTAs per SM) under 15/16 of the
+    // slots are taken. The next grid's CTAs, placed as slots free up, then pile onto the SMs
+    // that finish first and slow this grid's tail (M = 512, H = 5120: 10.4 µs with an early
+    // release, 7.9 without PDL, 7.55 with this rule, v5; M = 400, H = 8192: 11.0 -> 9.4, v15).
+    const bool one_wave_over_half = ctas <= resident && 2 * ctas > resident;
+    const bool crowded = VPT == 4 && per_sm >= 2 && 16 * ctas < 15 * resident;
+    const bool slots_left = per_sm > (ctas + sms - 1) / sms || crowded;
+    shape.release_early = !(one_wave_over_half && slots_left);
     if (cfg.release >= 0) shape.release_early = cfg.release == 1;
     // L2 prefetch distance: the next wave when the grid is at most two waves, else half a wave
     // (benchmarks/NOTES.md, v5); FP8NORM_TUNE=prefetch=P: P percent of a wave (0: off; the
