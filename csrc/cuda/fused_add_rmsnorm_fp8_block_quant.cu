@@ -31,7 +31,6 @@ struct DeviceInfo {
   int device = 0;    // CUDA device index
   int sms = 0;       // multiprocessors
   int max_smem = 0;  // shared memory per CTA (opt-in maximum), bytes
-  int smem_per_sm = 0;  // shared memory per multiprocessor, bytes
   int major = 0;     // compute capability major (9: Hopper; PDL and clusters from 9 on)
 };
 
@@ -51,7 +50,6 @@ const DeviceInfo& device_info(int device) {
   d.device = device;
   d.sms = attribute(cudaDevAttrMultiProcessorCount);
   d.max_smem = attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
-  d.smem_per_sm = attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor);
   d.major = attribute(cudaDevAttrComputeCapabilityMajor);
   return cache.emplace(device, d).first->second;
 }
@@ -75,8 +73,7 @@ const DeviceInfo& device_info(int device) {
 //                              release=<0|1> (PDL: 1 lets the next grid launch at this one's
 //                              start, 0 as its CTAs exit; default: by occupancy),
 //                              weight=<1|2> (the pass that loads the weight of a slice's last
-//                              tile, 1-vector kernels only; default: the table's),
-//                              occ=<n> (at most n CTAs per SM: pads the dynamic shared memory)
+//                              tile, 1-vector kernels only; default: the table's)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
@@ -89,7 +86,6 @@ struct Switches {
   int row_threads = 0;  // 0: from the table
   int release = -1;     // -1: from the occupancy rule
   int weight_pass = 0;  // 0: from the table
-  int occ = 0;          // 0: no cap on CTAs per SM
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -120,7 +116,6 @@ const Switches& switches() {
       s.row_threads = std::clamp(tune_value(spec, "threads", 0), 0, 1024) / 32 * 32;
       s.release = std::clamp(tune_value(spec, "release", -1), -1, 1);
       s.weight_pass = std::clamp(tune_value(spec, "weight", 0), 0, 2);
-      s.occ = std::clamp(tune_value(spec, "occ", 0), 0, 32);
     }
     return s;
   }();
@@ -240,10 +235,6 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   c.shape.smem_stash = sw.stash && c.shape.ntiles > 1 &&
                        red_bytes + stash_bytes <= static_cast<size_t>(dev.max_smem);
   c.smem_bytes = red_bytes + (c.shape.smem_stash ? stash_bytes : 0);
-  if (sw.occ > 0) {  // n + 1 CTAs (each with 1 KiB reserved by the system) no longer fit
-    const size_t pad = static_cast<size_t>(dev.smem_per_sm / (sw.occ + 1) - 1024 + 16);
-    c.smem_bytes = std::min(std::max(c.smem_bytes, pad), static_cast<size_t>(dev.max_smem));
-  }
   c.pdl = dev.major >= 9 && sw.pdl;
   c.release = sw.release;
   c.device = dev.device;
