@@ -139,6 +139,18 @@ def test_deep_grid(dtype, m, h):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype,m,h", [(torch.bfloat16, 2041, 2048), (torch.float16, 500, 8192),
+                                       (torch.float32, 520, 4096)])
+def test_one_wave_near_full(dtype, m, h):
+    # On a GPU of 132 SMs (H100 SXM, H200) ~256 threads per CTA would make one wave over 15/16
+    # of the CTA slots: the table takes ~512 instead (8, 2 and 2 rows per CTA here; 2041 rows
+    # leave the last CTA with one row and seven idle). The float16 case also runs without
+    # normed_out (~256 threads per CTA), compared bitwise with the call that writes it.
+    check_case(Case("cuda", dtype, m, h, pad=1 if dtype == torch.bfloat16 else 0, ue8m0=dtype == torch.float32,
+                    normed_none=dtype == torch.float16, layout="row_major" if dtype == torch.float32 else "tma"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype,m,h,pad", [(torch.bfloat16, 300, 65536, 0), (torch.float32, 140, 32768, 128),
                                            (torch.float16, 133, 65664, 1), (torch.bfloat16, 70, 131072, 0)])
 def test_long_rows_over_a_cluster(dtype, m, h, pad):

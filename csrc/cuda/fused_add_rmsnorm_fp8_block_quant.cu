@@ -170,7 +170,12 @@ const Switches& switches() {
 //                       times: 80.5 -> 80.9) and 2-27% slower at M <= 2048. Not without
 //                       normed_out (0-3% slower: 8192 x 7168 110.5 -> 114.0 µs, 16384 x 5120
 //                       156.0 -> 158.7) nor for half-warp rows (the op level, 7% slower without
-//                       normed_out at 65536 x 1152; v8)
+//                       normed_out at 65536 x 1152; v8). ~512 also when ~256 would make one
+//                       wave of 4-vector rows over 15/16 of the CTA slots (at 1024 threads per
+//                       SM; the band where the PDL release stays early): 1-4% faster at 94-97%
+//                       of the slots (512 x 8192 10.63 -> 10.20 µs, 1024 x 4096 10.62 -> 10.21,
+//                       2048 x 2048 10.20 -> 9.86, 2000 x 2048 10.48 -> 10.26), level at
+//                       98-100% (within +-1%); with normed_out only (without: -5..+6%; v15)
 //   weight pass:        1-vector kernels load the weight of the last tile with the row (pass 1,
 //                       so that its latency overlaps the reduction: M = 1, H = 2048 1.65 ->
 //                       1.46 µs; 128 x 2048 2.10 -> 2.02), except where a row is one CTA of
@@ -178,6 +183,9 @@ const Switches& switches() {
 //                       there in pass 2 (128 x 8192 3.88 -> 3.79 µs, 100 x 8192 3.71 -> 3.53;
 //                       128 x 5120: level; 128 x 4096, 512 threads: level either way; v11)
 constexpr int kDeepGrid = 12;  // rows per CTA: see the table above
+// Threads one SM holds at ~64 registers (the 4-vector kernels' cap; the 1-vector kernels use
+// about as many): the table's estimate of the CTA slots, before the launcher knows the kernel.
+constexpr int64_t kThreadsPerSm = 1024;
 constexpr int64_t kWholeRow = 256;    // cluster: see the table above
 constexpr int64_t kLongSlice = 4096;  // cluster: see the table above
 
@@ -206,8 +214,8 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   auto threads_for = [&](int vpt) {
     return std::min<int64_t>(max_threads_per_cta(vpt), ceil_div(ceil_div(svec, vpt), 32) * 32);
   };
-  // CTAs one wave holds with 1 vector per thread: ~64 registers, so ~1024 threads per SM.
-  const int64_t wave_vpt1 = int64_t{dev.sms} * std::max<int64_t>(1, 1024 / threads_for(1));
+  // CTAs one wave holds with 1 vector per thread.
+  const int64_t wave_vpt1 = int64_t{dev.sms} * std::max<int64_t>(1, kThreadsPerSm / threads_for(1));
   const bool many_rows = ctas_per_wave > wave_vpt1;
   const bool clustered_long = c.shape.cluster > 1 && svec > 512 && ctas_per_wave > dev.sms / 2;
   c.vpt = svec > 1024 || clustered_long || (many_rows && threads_for(4) < threads_for(1)) ? 4 : 1;
@@ -222,10 +230,17 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
     c.threads_x = static_cast<int>(half_row_threads);
   }
   if (sw.cta_threads == 0 && writes_normed && !c.half_warp_rows() &&
-      rows * c.threads_x >= int64_t{kDeepGrid} * dev.sms * 1024) {
+      rows * c.threads_x >= int64_t{kDeepGrid} * dev.sms * kThreadsPerSm) {
     cta_threads = std::min(512, max_threads_per_cta(c.vpt));
   }
   c.shape.ntiles = static_cast<int>(ceil_div(svec, int64_t{c.threads_x} * c.vpt));
+  if (sw.cta_threads == 0 && writes_normed && c.vpt == 4 && !c.half_warp_rows() && c.shape.cluster == 1 &&
+      c.shape.ntiles == 1 && c.threads_x <= cta_threads) {  // one wave over 15/16 of the slots
+    const int64_t rows_per_cta = cta_threads / c.threads_x;
+    const int64_t ctas = ceil_div(rows, rows_per_cta);
+    const int64_t slots = int64_t{dev.sms} * (kThreadsPerSm / (rows_per_cta * c.threads_x));
+    if (ctas <= slots && 16 * ctas >= 15 * slots) cta_threads = std::min(512, max_threads_per_cta(c.vpt));
+  }
   c.shape.weight_in_pass1 = !(c.shape.cluster == 1 && c.threads_x > 512);
   if (sw.weight_pass > 0) c.shape.weight_in_pass1 = sw.weight_pass == 1;
   c.rows_per_cta = c.shape.ntiles == 1 && c.shape.cluster == 1 ? std::max(1, cta_threads / c.threads_x) : 1;

@@ -3,7 +3,8 @@ itself is slow under the sanitizer). Each case is checked against the contract a
 
 Grid: odd H (128, 1152, 5120), long rows (32768, 65536), M in {1, 3, 5, 1024} (and 133 for the
 long rows: a row split over a cluster beyond the decode sizes), strided (and unaligned) rows,
-every block_scale layout, normed_out=None, scale_ue8m0, both ops, bf16 and float32. With the
+every block_scale layout, normed_out=None, scale_ue8m0, both ops, bf16 and float32, and one
+wave of rows that nearly fills the GPU (2041 x 2048, bf16). With the
 default table every slice fits in shared memory; the path that re-reads a multi-tile slice from
 global memory runs under sanitize.sh's memcheck setting FP8NORM_TUNE=threads=64,stash=0.
 """
@@ -36,6 +37,9 @@ def cases(device="cuda"):
             i += 1
             yield Case(device, dtype, 133, h, fused=fused, pad=pad, layout=layout,
                        normed_none=normed_none, ue8m0=ue8m0)
+    # One wave of 4-vector rows over 15/16 of the CTA slots on a GPU of 132 SMs: 8 rows per CTA,
+    # the last CTA with one row and seven idle.
+    yield Case(device, torch.bfloat16, 2041, 2048, fused=True, layout="tma")
 
 
 def main():
