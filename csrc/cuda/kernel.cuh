@@ -599,7 +599,7 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
     // CTAs than its even share, or (4-vector rows, several CTAs per SM) under 15/16 of the
     // slots are taken. The next grid's CTAs, placed as slots free up, then pile onto the SMs
     // that finish first and slow this grid's tail (M = 512, H = 5120: 10.4 µs with an early
-    // release, 7.9 without PDL, 7.55 with this rule, v5; M = 400, H = 8192: 11.0 -> 9.4, v15).
+    // release, 7.9 without PDL, 7.55 with this rule, v5; M = 400, H = 8192: 11.1 -> 9.5, v15).
     const bool one_wave_over_half = ctas <= resident && 2 * ctas > resident;
     const bool crowded = VPT == 4 && per_sm >= 2 && 16 * ctas < 15 * resident;
     const bool slots_left = per_sm > (ctas + sms - 1) / sms || crowded;
