@@ -73,7 +73,9 @@ const DeviceInfo& device_info(int device) {
 //                              release=<0|1> (PDL: 1 lets the next grid launch at this one's
 //                              start, 0 as its CTAs exit; default: by occupancy),
 //                              weight=<1|2> (the pass that loads the weight of a slice's last
-//                              tile, 1-vector kernels only; default: the table's)
+//                              tile, 1-vector kernels only; default: the table's),
+//                              tiles=<0|1|2> (L2 prefetch of a slice's later tiles: 0 off, 1
+//                              after the first tile's loads, 2 at the start)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
@@ -86,6 +88,7 @@ struct Switches {
   int row_threads = 0;  // 0: from the table
   int release = -1;     // -1: from the occupancy rule
   int weight_pass = 0;  // 0: from the table
+  int tile_prefetch = 1;
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -116,6 +119,7 @@ const Switches& switches() {
       s.row_threads = std::clamp(tune_value(spec, "threads", 0), 0, 1024) / 32 * 32;
       s.release = std::clamp(tune_value(spec, "release", -1), -1, 1);
       s.weight_pass = std::clamp(tune_value(spec, "weight", 0), 0, 2);
+      s.tile_prefetch = std::clamp(tune_value(spec, "tiles", 1), 0, 2);
     }
     return s;
   }();
@@ -229,17 +233,19 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
       half_row_threads < c.threads_x && half_row_threads <= 256 && cta_threads / half_row_threads >= 2) {
     c.threads_x = static_cast<int>(half_row_threads);
   }
-  if (sw.cta_threads == 0 && writes_normed && !c.half_warp_rows() &&
-      rows * c.threads_x >= int64_t{kDeepGrid} * dev.sms * kThreadsPerSm) {
-    cta_threads = std::min(512, max_threads_per_cta(c.vpt));
-  }
   c.shape.ntiles = static_cast<int>(ceil_div(svec, int64_t{c.threads_x} * c.vpt));
-  if (sw.cta_threads == 0 && writes_normed && c.vpt == 4 && !c.half_warp_rows() && c.shape.cluster == 1 &&
-      c.shape.ntiles == 1 && c.threads_x <= cta_threads) {  // one wave over 15/16 of the slots
-    const int64_t rows_per_cta = cta_threads / c.threads_x;
-    const int64_t ctas = ceil_div(rows, rows_per_cta);
-    const int64_t slots = int64_t{dev.sms} * (kThreadsPerSm / (rows_per_cta * c.threads_x));
-    if (ctas <= slots && 16 * ctas >= 15 * slots) cta_threads = std::min(512, max_threads_per_cta(c.vpt));
+  // ~512 threads per CTA, with normed_out, for rows of whole warps: in deep grids, and where
+  // ~256 would make one wave of one-tile 4-vector rows over 15/16 of the CTA slots.
+  if (sw.cta_threads == 0 && writes_normed && !c.half_warp_rows()) {
+    const bool deep = rows * c.threads_x >= int64_t{kDeepGrid} * dev.sms * kThreadsPerSm;
+    bool near_full = false;
+    if (c.vpt == 4 && c.shape.cluster == 1 && c.shape.ntiles == 1 && c.threads_x <= cta_threads) {
+      const int64_t rows_per_cta = cta_threads / c.threads_x;
+      const int64_t ctas = ceil_div(rows, rows_per_cta);
+      const int64_t slots = int64_t{dev.sms} * (kThreadsPerSm / (rows_per_cta * c.threads_x));
+      near_full = ctas <= slots && 16 * ctas >= 15 * slots;
+    }
+    if (deep || near_full) cta_threads = std::min(512, max_threads_per_cta(c.vpt));
   }
   c.shape.weight_in_pass1 = !(c.shape.cluster == 1 && c.threads_x > 512);
   if (sw.weight_pass > 0) c.shape.weight_in_pass1 = sw.weight_pass == 1;
@@ -260,6 +266,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // per row and stream) lost 3-7% with it (2048 x 32768: 173.85 µs against 162.51 without; v5).
   const bool prefetch_ok = dev.major >= 9 && c.shape.cluster == 1 && c.shape.ntiles == 1;
   c.prefetch_pct = prefetch_ok ? sw.prefetch_pct : 0;
+  c.shape.prefetch_tiles = dev.major >= 9 && c.shape.ntiles > 1 ? sw.tile_prefetch : 0;
   return c;
 }
 

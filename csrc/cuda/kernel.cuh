@@ -389,6 +389,19 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
     }
   }
 
+  // The slice's later tiles, asked into L2 (after the first tile's loads, or at the start):
+  // their loads then wait for L2, not DRAM, after the first tile has been added and stored.
+  auto prefetch_later_tiles = [&] {
+    if constexpr (ALIGNED) {
+      if (tx == 0 && active && v_begin + tile_vecs < v_end) {
+        const uint32_t bytes = static_cast<uint32_t>(v_end - v_begin - tile_vecs) * 16u;
+        prefetch_to_l2(vec_at<VEC>(in, v_begin + tile_vecs), bytes);
+        if constexpr (HAS_RES) prefetch_to_l2(vec_at<VEC>(res, v_begin + tile_vecs), bytes);
+      }
+    }
+  };
+  if (s.prefetch_tiles == 2) prefetch_later_tiles();
+
   // Pass 1.
   for (int t = 0; t < s.ntiles; ++t) {
     const int v0 = v_begin + t * tile_vecs + tx;  // this thread's vector k is v0 + k * blockDim.x
@@ -405,6 +418,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
         opaque_fill(wv[k]);
       }
     }
+    if (t == 0 && s.prefetch_tiles == 1) prefetch_later_tiles();
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int v = v0 + k * blockDim.x;

@@ -47,6 +47,8 @@ struct TileShape {
   double inv_hidden = 0.0;  // 1.0 / H (for the mean of the squares, off the critical path)
   int prefetch_ctas = 0;    // ask L2 for the input and residual rows of the CTA this many CTAs
                             // ahead (0: off; cluster == 1 only; aligned rows only)
+  int prefetch_tiles = 0;   // ask L2 for the later tiles of this CTA's slice (ntiles > 1;
+                            // aligned rows only): 1 after the first tile's loads, 2 at the start
   bool release_early = true;  // PDL: let the next grid launch as soon as this one has started
   bool weight_in_pass1 = true;  // load the weight of the last tile with the row (1-vector
                                 // kernels; else in pass 2, after the reduction)
