@@ -4,7 +4,7 @@ interpreter): clusters of 2..8 CTAs per row with even and uneven slices, several
 slice with and without the shared-memory stash, 1 and 4 vectors per thread, rows in whole
 warps or in half-warps, the weight loaded in pass 1 or 2, launches without programmatic
 dependent launch or with the next grid released at exit, the L2 prefetch of later rows, and
-the L2 prefetch of a slice's later tiles (off, after the first tile's loads, at the start).
+the L2 prefetch of a slice's later tiles in every grid.
 Each case is checked against the full contract."""
 import os
 import subprocess
@@ -33,8 +33,7 @@ SWITCHES = [
     {"FP8NORM_TUNE": "threads=64"},              # many tiles per slice, idle lanes in short rows
     {"FP8NORM_TUNE": "weight=1"},                # weight with the row in pass 1 (1024-thread rows too)
     {"FP8NORM_TUNE": "weight=2,release=0"},      # weight in pass 2 (clusters too); PDL release at exit
-    {"FP8NORM_TUNE": "tiles=0"},                 # no L2 prefetch of a slice's later tiles
-    {"FP8NORM_TUNE": "threads=64,tiles=2"},      # ... asked at the start, many tiles per slice
+    {"FP8NORM_TUNE": "threads=64,tiles=1"},      # L2 prefetch of a slice's later tiles, every grid
 ]
 
 # Shapes x options: odd block counts (1152: 9 blocks; 1408: 11, in half-warp rows of 48 threads

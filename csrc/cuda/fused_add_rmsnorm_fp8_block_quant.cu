@@ -74,8 +74,8 @@ const DeviceInfo& device_info(int device) {
 //                              start, 0 as its CTAs exit; default: by occupancy),
 //                              weight=<1|2> (the pass that loads the weight of a slice's last
 //                              tile, 1-vector kernels only; default: the table's),
-//                              tiles=<0|1|2> (L2 prefetch of a slice's later tiles: 0 off, 1
-//                              after the first tile's loads, 2 at the start)
+//                              tiles=<0|1> (L2 prefetch of a slice's later tiles at the CTA's
+//                              start: 0 off, 1 in every grid; default: in one-wave grids)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
@@ -88,7 +88,7 @@ struct Switches {
   int row_threads = 0;  // 0: from the table
   int release = -1;     // -1: from the occupancy rule
   int weight_pass = 0;  // 0: from the table
-  int tile_prefetch = 1;
+  int tile_prefetch = -1;  // -1: one-wave grids
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -119,7 +119,7 @@ const Switches& switches() {
       s.row_threads = std::clamp(tune_value(spec, "threads", 0), 0, 1024) / 32 * 32;
       s.release = std::clamp(tune_value(spec, "release", -1), -1, 1);
       s.weight_pass = std::clamp(tune_value(spec, "weight", 0), 0, 2);
-      s.tile_prefetch = std::clamp(tune_value(spec, "tiles", 1), 0, 2);
+      s.tile_prefetch = std::clamp(tune_value(spec, "tiles", -1), -1, 1);
     }
     return s;
   }();
@@ -266,7 +266,8 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // per row and stream) lost 3-7% with it (2048 x 32768: 173.85 µs against 162.51 without; v5).
   const bool prefetch_ok = dev.major >= 9 && c.shape.cluster == 1 && c.shape.ntiles == 1;
   c.prefetch_pct = prefetch_ok ? sw.prefetch_pct : 0;
-  c.shape.prefetch_tiles = dev.major >= 9 && c.shape.ntiles > 1 ? sw.tile_prefetch : 0;
+  c.prefetch_tiles = dev.major >= 9 && c.shape.ntiles > 1 ? sw.tile_prefetch : 0;
+  c.shape.prefetch_tiles = c.prefetch_tiles > 0;  // -1: the launcher decides
   return c;
 }
 

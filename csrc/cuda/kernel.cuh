@@ -387,20 +387,14 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
         if constexpr (HAS_RES) prefetch_to_l2(static_cast<const T*>(a.residual) + ahead * a.residual_stride, bytes);
       }
     }
-  }
-
-  // The slice's later tiles, asked into L2 (after the first tile's loads, or at the start):
-  // their loads then wait for L2, not DRAM, after the first tile has been added and stored.
-  auto prefetch_later_tiles = [&] {
-    if constexpr (ALIGNED) {
-      if (tx == 0 && active && v_begin + tile_vecs < v_end) {
-        const uint32_t bytes = static_cast<uint32_t>(v_end - v_begin - tile_vecs) * 16u;
-        prefetch_to_l2(vec_at<VEC>(in, v_begin + tile_vecs), bytes);
-        if constexpr (HAS_RES) prefetch_to_l2(vec_at<VEC>(res, v_begin + tile_vecs), bytes);
-      }
+    // The slice's later tiles, asked into L2 now (the launcher's choice): their loads then wait
+    // for L2, not DRAM, after the first tile has been added and stored.
+    if (s.prefetch_tiles && tx == 0 && active && v_begin + tile_vecs < v_end) {
+      const uint32_t bytes = static_cast<uint32_t>(v_end - v_begin - tile_vecs) * 16u;
+      prefetch_to_l2(vec_at<VEC>(in, v_begin + tile_vecs), bytes);
+      if constexpr (HAS_RES) prefetch_to_l2(vec_at<VEC>(res, v_begin + tile_vecs), bytes);
     }
-  };
-  if (s.prefetch_tiles == 2) prefetch_later_tiles();
+  }
 
   // Pass 1.
   for (int t = 0; t < s.ntiles; ++t) {
@@ -418,7 +412,6 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
         opaque_fill(wv[k]);
       }
     }
-    if (t == 0 && s.prefetch_tiles == 1) prefetch_later_tiles();
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int v = v0 + k * blockDim.x;
@@ -604,7 +597,7 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
   lc.attrs = attrs;
   lc.numAttrs = n;
   TileShape shape = cfg.shape;
-  if (cfg.pdl || cfg.prefetch_pct != 0) {
+  if (cfg.pdl || cfg.prefetch_pct != 0 || cfg.prefetch_tiles < 0) {
     const int64_t per_sm = ctas_per_sm(kernel, cfg.device, lc.blockDim.x * lc.blockDim.y, cfg.smem_bytes);
     const int64_t sms = cfg.sms;
     const int64_t resident = per_sm * sms;
@@ -629,6 +622,10 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
                                                  : 50;
       shape.prefetch_ctas = pct == 0 ? 0 : static_cast<int>(std::max<int64_t>(1, resident * pct / 100));
     }
+    // L2 prefetch of a slice's later tiles: in one-wave grids, where each CTA's time is its
+    // chain of latencies (128 x 32768: 11.65 -> 11.00 µs); not in grids of several waves (2-5%
+    // slower at 512 and 2048 x 32768 / 65536; benchmarks/NOTES.md, v16).
+    if (cfg.prefetch_tiles < 0) shape.prefetch_tiles = ctas <= resident;
   }
   C10_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, a, shape));
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -47,8 +47,8 @@ struct TileShape {
   double inv_hidden = 0.0;  // 1.0 / H (for the mean of the squares, off the critical path)
   int prefetch_ctas = 0;    // ask L2 for the input and residual rows of the CTA this many CTAs
                             // ahead (0: off; cluster == 1 only; aligned rows only)
-  int prefetch_tiles = 0;   // ask L2 for the later tiles of this CTA's slice (ntiles > 1;
-                            // aligned rows only): 1 after the first tile's loads, 2 at the start
+  bool prefetch_tiles = false;  // ask L2 for the later tiles of this CTA's slice at its start
+                                // (ntiles > 1; aligned rows only)
   bool release_early = true;  // PDL: let the next grid launch as soon as this one has started
   bool weight_in_pass1 = true;  // load the weight of the last tile with the row (1-vector
                                 // kernels; else in pass 2, after the reduction)
@@ -63,6 +63,8 @@ struct LaunchConfig {
   size_t smem_bytes = 0;  // dynamic shared memory per CTA
   bool pdl = false;       // programmatic dependent launch (sm_90+)
   int release = -1;       // PDL: 1 release the next grid at the start, 0 at exit, -1 by occupancy
+  int prefetch_tiles = 0;  // L2 prefetch of a slice's later tiles (shape.prefetch_tiles): 1 on,
+                           // 0 off, -1 in one-wave grids (set at launch, from the occupancy)
   int device = 0;         // the CUDA device launched on, and its multiprocessors (for the
   int sms = 1;            // occupancy-based choices made at launch)
   int prefetch_pct = -1;  // L2 prefetch distance in percent of the CTAs resident at once (the
