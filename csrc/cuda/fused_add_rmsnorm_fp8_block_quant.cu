@@ -75,7 +75,8 @@ const DeviceInfo& device_info(int device) {
 //                              weight=<1|2> (the pass that loads the weight of a slice's last
 //                              tile, 1-vector kernels only; default: the table's),
 //                              tiles=<0|1> (L2 prefetch of a slice's later tiles at the CTA's
-//                              start: 0 off, 1 in every grid; default: in one-wave grids)
+//                              start: 0 off, 1 in every grid; default: in grids of at most one
+//                              CTA per SM)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
@@ -88,7 +89,7 @@ struct Switches {
   int row_threads = 0;  // 0: from the table
   int release = -1;     // -1: from the occupancy rule
   int weight_pass = 0;  // 0: from the table
-  int tile_prefetch = -1;  // -1: one-wave grids
+  int tile_prefetch = -1;  // -1: grids of at most one CTA per SM
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {

@@ -622,10 +622,11 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
                                                  : 50;
       shape.prefetch_ctas = pct == 0 ? 0 : static_cast<int>(std::max<int64_t>(1, resident * pct / 100));
     }
-    // L2 prefetch of a slice's later tiles: in one-wave grids, where each CTA's time is its
-    // chain of latencies (128 x 32768: 11.65 -> 11.00 µs); not in grids of several waves (2-5%
-    // slower at 512 and 2048 x 32768 / 65536; benchmarks/NOTES.md, v16).
-    if (cfg.prefetch_tiles < 0) shape.prefetch_tiles = ctas <= resident;
+    // L2 prefetch of a slice's later tiles: where each SM runs at most one CTA, so that the
+    // grid's time is one CTA's chain of latencies (bf16 132 x 32768: 11.50 -> 10.40 µs, 96 x
+    // 32768 10.09 -> 9.50); not with two CTAs per SM (128 x 65536: 23.07 -> 23.62) nor in grids
+    // of several waves (512 / 2048 x 32768: 2-5% slower; benchmarks/NOTES.md, v16).
+    if (cfg.prefetch_tiles < 0) shape.prefetch_tiles = ctas <= sms;
   }
   C10_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, a, shape));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
