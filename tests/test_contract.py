@@ -160,3 +160,14 @@ def test_long_rows_over_a_cluster(dtype, m, h, pad):
     # The float32 case also runs without normed_out.
     check_case(Case("cuda", dtype, m, h, pad=pad, ue8m0=dtype == torch.float16,
                     normed_none=dtype == torch.float32, layout="scaled_mm" if pad else "tma"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype,m,h,pad", [(torch.bfloat16, 128, 32768, 0), (torch.float16, 100, 32768, 128),
+                                           (torch.bfloat16, 64, 65536, 0), (torch.float32, 130, 16384, 1)])
+def test_second_tile_prefetched(dtype, m, h, pad):
+    # On a GPU of 132 SMs these are grids of at most one CTA per SM whose slices take two tiles:
+    # each CTA asks L2 for its second tile at its start (one CTA per row, or for H = 65536 two
+    # per row). The float32 rows are unaligned (pad 1): no prefetch there, the same launch.
+    check_case(Case("cuda", dtype, m, h, pad=pad, ue8m0=dtype == torch.float16,
+                    normed_none=dtype == torch.float32, layout="row_major" if pad else "tma"))
