@@ -267,8 +267,12 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // per row and stream) lost 3-7% with it (2048 x 32768: 173.85 µs against 162.51 without; v5).
   const bool prefetch_ok = dev.major >= 9 && c.shape.cluster == 1 && c.shape.ntiles == 1;
   c.prefetch_pct = prefetch_ok ? sw.prefetch_pct : 0;
-  c.prefetch_tiles = dev.major >= 9 && c.shape.ntiles > 1 ? sw.tile_prefetch : 0;
-  c.shape.prefetch_tiles = c.prefetch_tiles > 0;  // -1: the launcher decides
+  // L2 prefetch of a slice's later tiles: where each SM runs at most one CTA (rows of several
+  // tiles are one CTA per slice), so that the grid's time is one CTA's chain of latencies (bf16
+  // 132 x 32768: 11.50 -> 10.40 µs, 96 x 32768 10.09 -> 9.50); not with two CTAs per SM (128 x
+  // 65536: 23.07 -> 23.62) nor in grids of several waves (512 / 2048 x 32768: 2-5% slower; v16).
+  c.shape.prefetch_tiles = dev.major >= 9 && c.shape.ntiles > 1 &&
+                           (sw.tile_prefetch >= 0 ? sw.tile_prefetch == 1 : ctas_per_wave <= dev.sms);
   return c;
 }
 

@@ -387,8 +387,8 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
         if constexpr (HAS_RES) prefetch_to_l2(static_cast<const T*>(a.residual) + ahead * a.residual_stride, bytes);
       }
     }
-    // The slice's later tiles, asked into L2 now (the launcher's choice): their loads then wait
-    // for L2, not DRAM, after the first tile has been added and stored.
+    // The slice's later tiles, asked into L2 now (the launch table's choice): their loads then
+    // wait for L2, not DRAM, after the first tile has been added and stored.
     if (s.prefetch_tiles && tx == 0 && active && v_begin + tile_vecs < v_end) {
       const uint32_t bytes = static_cast<uint32_t>(v_end - v_begin - tile_vecs) * 16u;
       prefetch_to_l2(vec_at<VEC>(in, v_begin + tile_vecs), bytes);
@@ -597,7 +597,7 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
   lc.attrs = attrs;
   lc.numAttrs = n;
   TileShape shape = cfg.shape;
-  if (cfg.pdl || cfg.prefetch_pct != 0 || cfg.prefetch_tiles < 0) {
+  if (cfg.pdl || cfg.prefetch_pct != 0) {
     const int64_t per_sm = ctas_per_sm(kernel, cfg.device, lc.blockDim.x * lc.blockDim.y, cfg.smem_bytes);
     const int64_t sms = cfg.sms;
     const int64_t resident = per_sm * sms;
@@ -622,11 +622,6 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
                                                  : 50;
       shape.prefetch_ctas = pct == 0 ? 0 : static_cast<int>(std::max<int64_t>(1, resident * pct / 100));
     }
-    // L2 prefetch of a slice's later tiles: where each SM runs at most one CTA, so that the
-    // grid's time is one CTA's chain of latencies (bf16 132 x 32768: 11.50 -> 10.40 µs, 96 x
-    // 32768 10.09 -> 9.50); not with two CTAs per SM (128 x 65536: 23.07 -> 23.62) nor in grids
-    // of several waves (512 / 2048 x 32768: 2-5% slower; benchmarks/NOTES.md, v16).
-    if (cfg.prefetch_tiles < 0) shape.prefetch_tiles = ctas <= sms;
   }
   C10_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, a, shape));
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -63,8 +63,6 @@ struct LaunchConfig {
   size_t smem_bytes = 0;  // dynamic shared memory per CTA
   bool pdl = false;       // programmatic dependent launch (sm_90+)
   int release = -1;       // PDL: 1 release the next grid at the start, 0 at exit, -1 by occupancy
-  int prefetch_tiles = 0;  // L2 prefetch of a slice's later tiles (shape.prefetch_tiles): 1 on,
-                           // 0 off, -1 where the grid has at most one CTA per SM (set at launch)
   int device = 0;         // the CUDA device launched on, and its multiprocessors (for the
   int sms = 1;            // occupancy-based choices made at launch)
   int prefetch_pct = -1;  // L2 prefetch distance in percent of the CTAs resident at once (the
