@@ -76,7 +76,7 @@ const DeviceInfo& device_info(int device) {
 //                              tile, 1-vector kernels only; default: the table's),
 //                              tiles=<0|1> (L2 prefetch of a slice's later tiles at the CTA's
 //                              start: 0 off, 1 in every grid; default: in grids of at most one
-//                              CTA per SM)
+//                              CTA per SM or of streams over 1 GiB each)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
@@ -193,6 +193,7 @@ constexpr int kDeepGrid = 12;  // rows per CTA: see the table above
 constexpr int64_t kThreadsPerSm = 1024;
 constexpr int64_t kWholeRow = 256;    // cluster: see the table above
 constexpr int64_t kLongSlice = 4096;  // cluster: see the table above
+constexpr int64_t kHugeStreamBytes = int64_t{1} << 30;  // tile prefetch: see below
 
 LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool writes_normed,
                            const DeviceInfo& dev, const Switches& sw) {
@@ -269,10 +270,14 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   c.prefetch_pct = prefetch_ok ? sw.prefetch_pct : 0;
   // L2 prefetch of a slice's later tiles: where each SM runs at most one CTA (rows of several
   // tiles are one CTA per slice), so that the grid's time is one CTA's chain of latencies (bf16
-  // 132 x 32768: 11.50 -> 10.40 µs, 96 x 32768 10.09 -> 9.50); not with two CTAs per SM (128 x
-  // 65536: 23.07 -> 23.62) nor in grids of several waves (512 / 2048 x 32768: 2-5% slower; v16).
+  // 132 x 32768: 11.50 -> 10.40 µs, 96 x 32768 10.09 -> 9.50; v16), and in grids whose streams
+  // exceed 1 GiB each (bf16 12288 x 65536 1944 -> 1910 µs, 32768 x 32768 2624 -> 2572, 32768 x
+  // 65536 5200 -> 5059; float32 32768 x 16384 2360 -> 2335; v17). Not between: two CTAs per SM
+  // (128 x 65536: 23.07 -> 23.62), several waves (1024 x 65536 163.5 -> 169.1, 4096 x 32768
+  // 321 -> 327), level at 1 GiB (8192 x 65536, 16384 x 32768, float32 16384 x 16384).
+  const bool huge = rows * hidden * elem_size > kHugeStreamBytes;
   c.shape.prefetch_tiles = dev.major >= 9 && c.shape.ntiles > 1 &&
-                           (sw.tile_prefetch >= 0 ? sw.tile_prefetch == 1 : ctas_per_wave <= dev.sms);
+                           (sw.tile_prefetch >= 0 ? sw.tile_prefetch == 1 : ctas_per_wave <= dev.sms || huge);
   return c;
 }
 
