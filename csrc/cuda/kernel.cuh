@@ -378,20 +378,23 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   // Rows further on (a later CTA's, `s.prefetch_ctas` CTAs ahead: the CTA that will run on an SM
   // when this one is done) are asked into L2 now, so that DRAM keeps streaming while the rows
   // in flight are reduced and written (one thread per row; 0: off; one CTA per row group only).
-  // One branch around both prefetches: with the tile prefetch's test on its own, ptxas
-  // predicated its body (and the loops that move each address into a uniform register) in
-  // every warp, ~35 instructions before the first load of every kernel (M = 1 4-10% slower; v17).
+  // Both prefetches behind one branch, the second as the first's else: written as two tests,
+  // ptxas predicated the tile prefetch's body (and the loops that move each address into a
+  // uniform register) in every warp, ~35 instructions before the first load of every aligned
+  // kernel (M = 1 4-10% slower; v17). Check the SASS from the PDL wait to the first load.
   if constexpr (ALIGNED) {
     if (tx == 0 && (s.prefetch_ctas > 0 || s.prefetch_tiles)) {
-      const int64_t ahead = row + static_cast<int64_t>(s.prefetch_ctas) * blockDim.y;
-      if (s.prefetch_ctas > 0 && ahead < a.rows) {
-        const uint32_t bytes = static_cast<uint32_t>(a.hidden * sizeof(T));
-        prefetch_to_l2(static_cast<const T*>(a.input) + ahead * a.input_stride, bytes);
-        if constexpr (HAS_RES) prefetch_to_l2(static_cast<const T*>(a.residual) + ahead * a.residual_stride, bytes);
-      }
-      // The slice's later tiles, asked into L2 now (the launch table's choice): their loads then
-      // wait for L2, not DRAM, after the first tile has been added and stored.
-      if (s.prefetch_tiles && active && v_begin + tile_vecs < v_end) {
+      if (s.prefetch_ctas > 0) {
+        const int64_t ahead = row + static_cast<int64_t>(s.prefetch_ctas) * blockDim.y;
+        if (ahead < a.rows) {
+          const uint32_t bytes = static_cast<uint32_t>(a.hidden * sizeof(T));
+          prefetch_to_l2(static_cast<const T*>(a.input) + ahead * a.input_stride, bytes);
+          if constexpr (HAS_RES) prefetch_to_l2(static_cast<const T*>(a.residual) + ahead * a.residual_stride, bytes);
+        }
+      } else if (active && v_begin + tile_vecs < v_end) {
+        // The slice's later tiles, asked into L2 now (the launch table's choice; never with the
+        // row prefetch, which needs slices of one tile): their loads then wait for L2, not DRAM,
+        // after the first tile has been added and stored.
         const uint32_t bytes = static_cast<uint32_t>(v_end - v_begin - tile_vecs) * 16u;
         prefetch_to_l2(vec_at<VEC>(in, v_begin + tile_vecs), bytes);
         if constexpr (HAS_RES) prefetch_to_l2(vec_at<VEC>(res, v_begin + tile_vecs), bytes);
