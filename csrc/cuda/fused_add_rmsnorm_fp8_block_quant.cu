@@ -89,7 +89,7 @@ struct Switches {
   int row_threads = 0;  // 0: from the table
   int release = -1;     // -1: from the occupancy rule
   int weight_pass = 0;  // 0: from the table
-  int tile_prefetch = -1;  // -1: grids of at most one CTA per SM
+  int tile_prefetch = -1;  // -1: from the table (one CTA per SM at most, or streams over 1 GiB)
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
