@@ -188,18 +188,24 @@ class Case:
 
 
 def make_inputs(c: Case, gen: Optional[torch.Generator] = None, values=None):
-    """Fresh random inputs for a case: rows scaled by random powers of ten, random weight."""
+    """Fresh random inputs for a case: rows scaled by random powers of e, random weight. The
+    numbers are drawn on gen's device (default: a fresh CPU generator; a CUDA one keeps inputs
+    of gigabytes off the host)."""
     gen = gen or torch.Generator().manual_seed(torch.randint(0, 2**31, ()).item())
-    row_scale = torch.exp(torch.randn(c.m, 1, generator=gen) * 2)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device=gen.device)
+
+    row_scale = torch.exp(randn(c.m, 1) * 2)
     x = rows_view(c.m, c.h, c.dtype, c.device, c.pad)
-    x.copy_(torch.randn(c.m, c.h, generator=gen) * row_scale)
+    x.copy_(randn(c.m, c.h) * row_scale)
     r = None
     if c.fused:
         r = rows_view(c.m, c.h, c.dtype, c.device, c.pad)
-        r.copy_(torch.randn(c.m, c.h, generator=gen) * row_scale)
+        r.copy_(randn(c.m, c.h) * row_scale)
     if values is not None:
         values(x, r)
-    w = (torch.randn(c.h, generator=gen) * 0.5 + 1).to(torch.float32 if c.weight_fp32 else c.dtype).to(c.device)
+    w = (randn(c.h) * 0.5 + 1).to(torch.float32 if c.weight_fp32 else c.dtype).to(c.device)
     return x, r, w
 
 

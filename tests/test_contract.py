@@ -4,7 +4,7 @@ import itertools
 import pytest
 import torch
 
-from fp8norm_testing import DEVICES, DTYPES, LAYOUTS, Case, check_case, check_contract, out_buffers
+from fp8norm_testing import DEVICES, DTYPES, LAYOUTS, Case, check_case, check_contract, make_inputs, out_buffers
 
 # (M, H): every M in {0, 1, 3, 4, 5, 127, 1024} and every H in {128, 1152, 2048, 4096, 7168,
 # 16384, 32768, 65536}; long rows with small M.
@@ -183,15 +183,7 @@ def test_huge_grid_sampled_rows():
     if torch.cuda.get_device_properties(0).total_memory < 24 * 2**30:
         pytest.skip("needs 24 GiB of device memory")
     c = Case("cuda", torch.bfloat16, m, h)
-    g = torch.Generator("cuda").manual_seed(torch.randint(0, 2**31, ()).item())
-
-    def rows():
-        t = torch.randn(m, h, device="cuda", generator=g)
-        t *= torch.exp(torch.randn(m, 1, device="cuda", generator=g) * 2)
-        return t.to(c.dtype)
-
-    x, r = rows(), rows()
-    w = (torch.randn(h, device="cuda", generator=g) * 0.5 + 1).to(c.dtype)
+    x, r, w = make_inputs(c, gen=torch.Generator("cuda").manual_seed(torch.randint(0, 2**31, ()).item()))
     r_before = r.clone()
     out, s, n = out_buffers(c)
     torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out(
