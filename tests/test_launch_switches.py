@@ -3,8 +3,9 @@ switches (FP8NORM_PDL, FP8NORM_TUNE; read once per process, so each setting runs
 interpreter): clusters of 2..8 CTAs per row with even and uneven slices, several tiles per
 slice with and without the shared-memory stash, 1 and 4 vectors per thread, rows in whole
 warps or in half-warps, the weight loaded in pass 1 or 2, launches without programmatic
-dependent launch or with the next grid released at exit, the L2 prefetch of later rows, and
-the L2 prefetch of a slice's later tiles in every grid.
+dependent launch or with the next grid released at exit, the L2 prefetch of later rows, the
+L2 prefetch of a slice's later tiles in every grid, and plain (unhinted) or cache-hinted
+accesses in every grid.
 Each case is checked against the full contract."""
 import os
 import subprocess
@@ -34,6 +35,9 @@ SWITCHES = [
     {"FP8NORM_TUNE": "weight=1"},                # weight with the row in pass 1 (1024-thread rows too)
     {"FP8NORM_TUNE": "weight=2,release=0"},      # weight in pass 2 (clusters too); PDL release at exit
     {"FP8NORM_TUNE": "threads=64,tiles=1"},      # L2 prefetch of a slice's later tiles, every grid
+    {"FP8NORM_TUNE": "hints=0"},                 # plain accesses (no cache hints), every grid
+    {"FP8NORM_TUNE": "hints=0,vpt=4,cta=1024"},  # ... in 4-vector rows, up to 32 rows per CTA
+    {"FP8NORM_TUNE": "hints=1"},                 # cache hints in every grid
 ]
 
 # Shapes x options: odd block counts (1152: 9 blocks; 1408: 11, in half-warp rows of 48 threads

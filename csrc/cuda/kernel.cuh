@@ -72,6 +72,8 @@ struct Cvt<__nv_bfloat16> {
 // N elements of T, loaded or stored as 16-byte accesses when ALIGNED, else one by one.
 // Cache hints for the 16-byte accesses: kStream for data touched once (evict first), kKeep for
 // data every row reads again (the weight: read-only path, stays in L1/L2), kPlain otherwise.
+// The kernels take kStream / kKeep only when HINTED (Hinted below): a call whose bytes stay in
+// L2 until the next call runs faster with plain accesses (benchmarks/NOTES.md, v18).
 enum class Hint { kPlain, kStream, kKeep };
 
 template <typename T, int N>
@@ -79,24 +81,17 @@ struct alignas(16) Pack {
   T v[N];
 };
 
-// Build with -DFP8NORM_NO_CACHE_HINTS to compare without them (benchmarks/NOTES.md).
-#ifdef FP8NORM_NO_CACHE_HINTS
-constexpr bool kCacheHints = false;
-#else
-constexpr bool kCacheHints = true;
-#endif
-
 template <Hint H>
 __device__ __forceinline__ uint4 load16(const uint4* p) {
-  if constexpr (kCacheHints && H == Hint::kStream) return __ldcs(p);
-  if constexpr (kCacheHints && H == Hint::kKeep) return __ldg(p);
+  if constexpr (H == Hint::kStream) return __ldcs(p);
+  if constexpr (H == Hint::kKeep) return __ldg(p);
   return *p;
 }
 
 // One store of a 16-, 8- or 4-byte value with the cache hint.
 template <Hint H, typename V>
 __device__ __forceinline__ void store_hinted(V* p, V v) {
-  if constexpr (kCacheHints && H == Hint::kStream) {
+  if constexpr (H == Hint::kStream) {
     __stcs(p, v);
   } else {
     *p = v;
@@ -113,9 +108,9 @@ __device__ __forceinline__ T* vec_at(T* row, int v) {
 // A row's start, hidden from the compiler's address arithmetic when ALIGNED: it stays one
 // 64-bit register, instead of the row offset being folded into every access's index (64-bit
 // shifts and adds per vector and stream). The compiler then no longer knows p is global, so
-// every access through it must name the space itself: the aligned kernels' global accesses
-// are all 16-, 8- or 4-byte hinted ones (ld.global.cs / .nc, st.global.cs), the unaligned
-// kernels' element accesses keep the plain pointer.
+// only an access that names the space itself is a global one: the hinted kernels' aligned
+// accesses are all 16-, 8- or 4-byte hinted ones (ld.global.cs / .nc, st.global.cs); the
+// plain ones (HINTED false) are generic, as are the unaligned kernels' element accesses.
 template <bool ALIGNED, typename P>
 __device__ __forceinline__ P* row_start(P* p) {
   if constexpr (ALIGNED) asm("" : "+l"(p));
@@ -158,13 +153,13 @@ __device__ __forceinline__ void store(T* dst, const Pack<T, N>& src) {
   }
 }
 
-// N fp8 bytes (N = 4 or 8), written once: one 4- or 8-byte streaming store when ALIGNED.
-template <bool ALIGNED, int N>
+// N fp8 bytes (N = 4 or 8), written once: one 4- or 8-byte store (with hint H) when ALIGNED.
+template <bool ALIGNED, int N, Hint H>
 __device__ __forceinline__ void store_fp8(uint8_t* dst, const uint32_t (&words)[N / 4]) {
   if constexpr (ALIGNED && N == 8) {
-    store_hinted<Hint::kStream>(reinterpret_cast<uint2*>(dst), make_uint2(words[0], words[1]));
+    store_hinted<H>(reinterpret_cast<uint2*>(dst), make_uint2(words[0], words[1]));
   } else if constexpr (ALIGNED && N == 4) {
-    store_hinted<Hint::kStream>(reinterpret_cast<unsigned int*>(dst), words[0]);
+    store_hinted<H>(reinterpret_cast<unsigned int*>(dst), words[0]);
   } else {
 #pragma unroll
     for (int e = 0; e < N; ++e) dst[e] = static_cast<uint8_t>(words[e / 4] >> (8 * (e % 4)));
@@ -312,9 +307,13 @@ constexpr bool prefetch_weight() {
 // from 89% to 75% of copy, benchmarks/NOTES.md v3; -DFP8NORM_VPT4_MIN_CTAS=1 lifts the cap).
 // bf16 / fp16 / fp32 do not spill, a float32 weight 24-48 bytes (ptxas, v5).
 // Unaligned rows keep every register.
-template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT, Layout L>
+// HINTED: the streaming and read-only cache hints on the 16-byte accesses (false: plain
+// accesses, for calls whose bytes stay in L2; LaunchConfig::hinted).
+template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT, Layout L, bool HINTED>
 __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED ? FP8NORM_VPT4_MIN_CTAS : 1)
     fused_add_rmsnorm_fp8_block_quant_kernel(const RowArgs a, const TileShape s) {
+  constexpr Hint kOnce = HINTED ? Hint::kStream : Hint::kPlain;  // input, residual, outputs
+  constexpr Hint kReuse = HINTED ? Hint::kKeep : Hint::kPlain;   // the weight
   constexpr bool HALF = L == Layout::kHalfWarpRows;
   constexpr bool CLUSTER = L == Layout::kClusterSlices;  // then s.cluster > 1, blockDim.y == 1
   constexpr int VEC = 16 / sizeof(T);
@@ -410,9 +409,9 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
     for (int k = 0; k < VPT; ++k) {
       const int v = v0 + k * blockDim.x;
       if (active && v < v_end) {
-        load<ALIGNED, Hint::kStream>(sv[k], vec_at<VEC>(in, v));
-        if constexpr (HAS_RES) load<ALIGNED, Hint::kStream>(vres[k], vec_at<VEC>(res, v));
-        if (weight_early && t == s.ntiles - 1) load<ALIGNED, Hint::kKeep>(wv[k], vec_at<VEC>(w, v));
+        load<ALIGNED, kOnce>(sv[k], vec_at<VEC>(in, v));
+        if constexpr (HAS_RES) load<ALIGNED, kOnce>(vres[k], vec_at<VEC>(res, v));
+        if (weight_early && t == s.ntiles - 1) load<ALIGNED, kReuse>(wv[k], vec_at<VEC>(w, v));
       } else {
         opaque_fill(sv[k]);
         opaque_fill(wv[k]);
@@ -443,7 +442,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
         for (int e = 0; e < n; ++e) sq[e] += sq[e + n];
       }
       acc += sq[0];
-      if constexpr (HAS_RES) store<ALIGNED, Hint::kStream>(vec_at<VEC>(res, v), sv[k]);
+      if constexpr (HAS_RES) store<ALIGNED, kOnce>(vec_at<VEC>(res, v), sv[k]);
       if (s.smem_stash && s.ntiles > 1) store<true>(vec_at<VEC>(stash, v - v_begin), sv[k]);
     }
   }
@@ -493,10 +492,10 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
         if (s.smem_stash) {
           load<true>(sv[k], vec_at<VEC>(stash, v - v_begin));
         } else {
-          load<ALIGNED, Hint::kStream>(sv[k], vec_at<VEC>(HAS_RES ? res : in, v));  // last read
+          load<ALIGNED, kOnce>(sv[k], vec_at<VEC>(HAS_RES ? res : in, v));  // last read
         }
       }
-      if (!weight_early || t != s.ntiles - 1) load<ALIGNED, Hint::kKeep>(wv[k], vec_at<VEC>(w, v));
+      if (!weight_early || t != s.ntiles - 1) load<ALIGNED, kReuse>(wv[k], vec_at<VEC>(w, v));
     }
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
@@ -519,7 +518,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
         g[e] = C::to_float(nv.v[e]);
         amax = max(amax, abs_bits(g[e]));
       }
-      if (valid && normed != nullptr) store<ALIGNED, Hint::kStream>(vec_at<VEC>(normed, v), nv);
+      if (valid && normed != nullptr) store<ALIGNED, kOnce>(vec_at<VEC>(normed, v), nv);
 #pragma unroll
       for (int off = LPB / 2; off > 0; off /= 2) {
         amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
@@ -535,7 +534,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
         words[e / 4] = to_fp8x2(q[e], q[e + 1]) | (to_fp8x2(q[e + 2], q[e + 3]) << 16);
       }
       if (valid) {
-        store_fp8<ALIGNED, VEC>(vec_at<VEC>(out, v), words);
+        store_fp8<ALIGNED, VEC, kOnce>(vec_at<VEC>(out, v), words);
         if (tx % LPB == 0) scale_row[(v / LPB) * a.scale_stride_col] = scale;
       }
     }
@@ -571,9 +570,9 @@ int64_t ctas_per_sm(K* kernel, int device, unsigned threads, size_t smem) {
   return cache.emplace(key, std::max(per_sm, 1)).first->second;
 }
 
-template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT, Layout L>
+template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT, Layout L, bool HINTED>
 void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) {
-  auto* kernel = fused_add_rmsnorm_fp8_block_quant_kernel<T, W, HAS_RES, ALIGNED, VPT, L>;
+  auto* kernel = fused_add_rmsnorm_fp8_block_quant_kernel<T, W, HAS_RES, ALIGNED, VPT, L, HINTED>;
   if (cfg.smem_bytes > 48 * 1024) {
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(cfg.smem_bytes)));
@@ -651,11 +650,21 @@ void launch(const RowArgs& a, const LaunchConfig& cfg, bool aligned, cudaStream_
         auto with_layout = [&](auto layout) {
           constexpr bool R = decltype(has_res)::value, A = decltype(al)::value;
           constexpr Layout L = decltype(layout)::value;
-          if (cfg.vpt == 4) {
-            launch_one<T, W, R, A, 4, L>(a, cfg, stream);
+          auto with_hints = [&](auto hinted) {
+            constexpr bool H = decltype(hinted)::value;
+            if (cfg.vpt == 4) {
+              launch_one<T, W, R, A, 4, L, H>(a, cfg, stream);
+            } else {
+              TORCH_CHECK(cfg.vpt == 1, "fp8norm: unsupported vectors per thread ", to_str(cfg.vpt));
+              launch_one<T, W, R, A, 1, L, H>(a, cfg, stream);
+            }
+          };
+          // Plain accesses are compiled only for aligned rows of one CTA; other kernels keep
+          // their hints whatever cfg.hinted says.
+          if constexpr (A && L != Layout::kClusterSlices) {
+            with_bool(cfg.hinted, with_hints);
           } else {
-            TORCH_CHECK(cfg.vpt == 1, "fp8norm: unsupported vectors per thread ", to_str(cfg.vpt));
-            launch_one<T, W, R, A, 1, L>(a, cfg, stream);
+            with_hints(std::true_type{});
           }
         };
         switch (cfg.layout()) {

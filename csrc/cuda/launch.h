@@ -68,6 +68,9 @@ struct LaunchConfig {
   int prefetch_pct = -1;  // L2 prefetch distance in percent of the CTAs resident at once (the
                           // launcher turns it into shape.prefetch_ctas; 0: off; -1: by the
                           // number of waves)
+  bool hinted = true;     // streaming / read-only cache hints on the 16-byte accesses; false:
+                          // plain accesses (compiled for aligned rows of one CTA only: other
+                          // kernels keep their hints)
   // Half-warp rows: threads_x an odd multiple of 16, so a warp may hold the end of one row and
   // the start of the next (2-byte types only).
   bool half_warp_rows() const { return threads_x % 32 != 0; }
