@@ -151,6 +151,18 @@ def test_one_wave_near_full(dtype, m, h):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype,m,h,fused,weight_fp32", [(torch.bfloat16, 1024, 2048, True, False),
+                                                         (torch.float16, 700, 4096, False, True),
+                                                         (torch.float32, 512, 2048, True, True)])
+def test_call_that_fits_in_l2(dtype, m, h, fused, weight_fp32):
+    # Calls whose buffers take 10 MiB .. 72% of L2 run plain (unhinted) accesses (v18): on a GPU
+    # of 20 MiB of L2 or more, all three here (14, 14 and 13 MiB). The float16 case also runs
+    # without normed_out (a smaller footprint), compared bitwise with the call that writes it.
+    check_case(Case("cuda", dtype, m, h, fused=fused, weight_fp32=weight_fp32, ue8m0=dtype == torch.float16,
+                    normed_none=dtype == torch.float16, layout="scaled_mm" if fused else "tma"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype,m,h,pad", [(torch.bfloat16, 300, 65536, 0), (torch.float32, 140, 32768, 128),
                                            (torch.float16, 133, 65664, 1), (torch.bfloat16, 70, 131072, 0)])
 def test_long_rows_over_a_cluster(dtype, m, h, pad):

@@ -202,8 +202,8 @@ constexpr int64_t kWholeRow = 256;    // cluster: see the table above
 constexpr int64_t kLongSlice = 4096;  // cluster: see the table above
 constexpr int64_t kHugeStreamBytes = int64_t{1} << 30;  // tile prefetch: see below
 // Cache hints: see below.
-constexpr int64_t kL2PlainMinBytes = int64_t{16} << 20;
-constexpr int64_t kL2PlainMaxPercent = 75;
+constexpr int64_t kL2PlainMinBytes = int64_t{10} << 20;
+constexpr int64_t kL2PlainMaxPercent = 72;
 
 LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool has_residual,
                            bool writes_normed, const DeviceInfo& dev, const Switches& sw) {
@@ -288,10 +288,14 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   const bool huge = rows * hidden * elem_size > kHugeStreamBytes;
   c.shape.prefetch_tiles = dev.major >= 9 && c.shape.ntiles > 1 &&
                            (sw.tile_prefetch >= 0 ? sw.tile_prefetch == 1 : ctas_per_wave <= dev.sms || huge);
-  // Cache hints: streaming (evict-first) hints keep a large call from flushing L2, but where
-  // all of a call's buffers fit in L2 they stay there from one call to the next without them
-  // (PROVISIONAL rule, v18 map pending: 2048 x 2048 9.64 -> 8.20 µs, 1024 x 4096 10.27 -> 8.25,
-  // 512 x 4096 5.60 -> 5.27; 16384 x 2048 80.2 -> 82.2, 128 x 8192 3.80 -> 3.86).
+  // Cache hints: the streaming (evict-first) hints keep a large call from flushing L2, but
+  // where the call's buffers (input, residual, normed_out, out) take 10 MiB .. 72% of L2,
+  // plain accesses are faster when the call runs again on the same buffers (the benchmark's
+  // back-to-back calls; v18 map, H200, 60 MiB of L2, footprint 7 bytes per element in bf16):
+  // 14 MiB 6-8% faster (512 x 4096 5.70 -> 5.31 µs), 21-28 MiB 16-21% (2048 x 2048 9.95 ->
+  // 8.14, 1024 x 4096 10.43 -> 8.29, float32 512 x 4096 9.01 -> 7.03), 35 MiB 12-14%, 42 MiB
+  // 2-6%; slower at 7 MiB and below (0-3%: 512 x 2048 3.40 -> 3.46) and from 47 MiB (6144 x
+  // 1152 +8%, 56 MiB +10-11%: 2048 x 4096 20.48 -> 22.69), and at large M (16384 x 2048 +2.5%).
   const int64_t footprint = rows * hidden * (elem_size * (1 + int64_t{has_residual} + int64_t{writes_normed}) + 1);
   c.hinted = sw.hints >= 0 ? sw.hints == 1
                            : !(footprint >= kL2PlainMinBytes && 100 * footprint <= kL2PlainMaxPercent * dev.l2_bytes);
