@@ -294,8 +294,9 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // back-to-back calls; v18 map, H200, 60 MiB of L2, footprint 7 bytes per element in bf16):
   // 14 MiB 6-8% faster (512 x 4096 5.70 -> 5.31 µs), 21-28 MiB 16-21% (2048 x 2048 9.95 ->
   // 8.14, 1024 x 4096 10.43 -> 8.29, float32 512 x 4096 9.01 -> 7.03), 35 MiB 12-14%, 42 MiB
-  // 2-6%; slower at 7 MiB and below (0-3%: 512 x 2048 3.40 -> 3.46) and from 47 MiB (6144 x
-  // 1152 +8%, 56 MiB +10-11%: 2048 x 4096 20.48 -> 22.69), and at large M (16384 x 2048 +2.5%).
+  // 2-6%; level or slower at 7 MiB and below (-0.3..+4.4%: 512 x 2048 3.40 -> 3.46, 1 x 2048
+  // 1.54 -> 1.61) and from 47 MiB (6144 x 1152 +7%, 56 MiB +10-11%: 2048 x 4096 20.48 ->
+  // 22.69), and at large M (16384 x 2048 +2.0-2.5%).
   const int64_t footprint = rows * hidden * (elem_size * (1 + int64_t{has_residual} + int64_t{writes_normed}) + 1);
   c.hinted = sw.hints >= 0 ? sw.hints == 1
                            : !(footprint >= kL2PlainMinBytes && 100 * footprint <= kL2PlainMaxPercent * dev.l2_bytes);
