@@ -72,8 +72,8 @@ struct Cvt<__nv_bfloat16> {
 // N elements of T, loaded or stored as 16-byte accesses when ALIGNED, else one by one.
 // Cache hints for the 16-byte accesses: kStream for data touched once (evict first), kKeep for
 // data every row reads again (the weight: read-only path, stays in L1/L2), kPlain otherwise.
-// The kernels take kStream / kKeep only when HINTED (Hinted below): a call whose bytes stay in
-// L2 until the next call runs faster with plain accesses (benchmarks/NOTES.md, v18).
+// The kernel uses kStream / kKeep only when its HINTED parameter is true: a call whose buffers
+// stay in L2 until the next call runs faster with plain accesses (benchmarks/NOTES.md, v18).
 enum class Hint { kPlain, kStream, kKeep };
 
 template <typename T, int N>
