@@ -36,7 +36,8 @@ SWITCHES = [
     {"FP8NORM_TUNE": "weight=2,release=0"},      # weight in pass 2 (clusters too); PDL release at exit
     {"FP8NORM_TUNE": "threads=64,tiles=1"},      # L2 prefetch of a slice's later tiles, every grid
     {"FP8NORM_TUNE": "hints=0"},                 # plain accesses (no cache hints), every grid
-    {"FP8NORM_TUNE": "hints=0,vpt=4,cta=1024"},  # ... in 4-vector rows, up to 32 rows per CTA
+    {"FP8NORM_TUNE": "hints=0,vpt=4,cta=1024,prefetch=1"},  # ... 4-vector rows, 32 rows per CTA, L2
+                                                            # prefetch of rows (off by default when plain)
     {"FP8NORM_TUNE": "hints=1"},                 # cache hints in every grid
 ]
 

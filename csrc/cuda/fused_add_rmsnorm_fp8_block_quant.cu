@@ -68,7 +68,8 @@ const DeviceInfo& device_info(int device) {
 //                              cta=<threads> (rows per CTA: aim for this many threads;
 //                              default: by the grid's depth),
 //                              prefetch=<percent> (L2 prefetch of the rows that many percent of
-//                              a wave of CTAs ahead; 0: off; default: by the number of waves),
+//                              a wave of CTAs ahead; 0: off; default: by the number of waves,
+//                              off for plain accesses),
 //                              half=0 (rows in whole warps only, no half-warp rows),
 //                              threads=<multiple of 32> (threads per row slice: a slice longer
 //                              than threads x vpt vectors takes several tiles; no half-warp rows),
