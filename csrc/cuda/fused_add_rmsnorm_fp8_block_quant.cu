@@ -298,8 +298,9 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // 2-6%; level or slower at 7 MiB and below (-0.3..+4.4%: 512 x 2048 3.40 -> 3.46, 1 x 2048
   // 1.54 -> 1.61) and from 47 MiB (6144 x 1152 +7%, 56 MiB +10-11%: 2048 x 4096 20.48 ->
   // 22.69), and at large M (16384 x 2048 +2.0-2.5%). v19, plain now without the row prefetch:
-  // 2-3% faster at 7.9 MiB (576 x 2048 5.07 -> 4.95, 1024 x 1152 4.16 -> 4.10), 4-10% at
-  // 42-45.5 MiB in bf16, -2..+3% at 45.5-49 MiB (float32 896 x 4096 +3.3%, 896 x 8192 +2.7%).
+  // 2-3% faster at 7.9 MiB (576 x 2048 5.07 -> 4.95, 1024 x 1152 4.16 -> 4.10), 9-10% at
+  // 39-42 MiB, 4% at 45.5 MiB in bf16; -2..+3% at 45.5-49 MiB otherwise (float32 896 x 4096
+  // at 45.5 MiB +3.3%, bf16 896 x 8192 at 49 MiB +2.7%).
   const int64_t footprint = rows * hidden * (elem_size * (1 + int64_t{has_residual} + int64_t{writes_normed}) + 1);
   c.hinted = sw.hints >= 0 ? sw.hints == 1
                            : !(footprint >= kL2PlainMinBytes && 100 * footprint <= kL2PlainMaxPercent * dev.l2_bytes);

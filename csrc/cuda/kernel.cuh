@@ -620,7 +620,7 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
     // L2 prefetch distance: the next wave when the grid is at most two waves, else half a wave
     // (benchmarks/NOTES.md, v5); off for plain accesses, which the table picks where the call's
     // rows are still in L2 from the last call (4096 x 1152 11.30 -> 10.33 µs, 3072 x 2048
-    // 14.56 -> 13.41, level at one-wave and two-wave grids; v19); FP8NORM_TUNE=prefetch=P: P
+    // 14.56 -> 13.41, level at the window's other shapes; v19); FP8NORM_TUNE=prefetch=P: P
     // percent of a wave (0: off; the launch table sets 0 where the prefetch does not apply).
     if (cfg.prefetch_pct != 0) {
       const int64_t pct = cfg.prefetch_pct > 0 ? cfg.prefetch_pct
