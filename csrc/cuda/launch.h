@@ -67,7 +67,7 @@ struct LaunchConfig {
   int sms = 1;            // occupancy-based choices made at launch)
   int prefetch_pct = -1;  // L2 prefetch distance in percent of the CTAs resident at once (the
                           // launcher turns it into shape.prefetch_ctas; 0: off; -1: by the
-                          // number of waves)
+                          // number of waves, off in the plain-access kernels)
   bool hinted = true;     // streaming / read-only cache hints on the 16-byte accesses; false:
                           // plain accesses (compiled for aligned rows of one CTA only: other
                           // kernels keep their hints)
