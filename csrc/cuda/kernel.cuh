@@ -192,6 +192,29 @@ __device__ __forceinline__ void wait_previous_grid(bool release) {
 #endif
 }
 
+// Makes the warp sums a row's warps wrote to shared memory visible to all of that row's warps.
+// In CTAs of several rows of whole warps, a row waits only for its own warps, so that a row
+// whose loads have landed goes on to pass 2 while the CTA's other rows are still loading: a
+// row of one warp with __syncwarp, a row of several warps, in a CTA of at most 15 rows, with the
+// named barrier 1 + its index (`bar.sync id, threads`: only the row's warps take part, and it
+// orders their shared-memory accesses as __syncthreads does the CTA's). Half-warp rows share
+// warps with their neighbours and cluster slices are one per CTA: those kernels keep the CTA
+// barrier (and do not reserve the named barriers, which sm_90 counts as an occupancy resource).
+template <Layout L>
+__device__ __forceinline__ void row_barrier() {
+  if constexpr (L == Layout::kWarpRows) {
+    if (blockDim.x == 32) {
+      __syncwarp();
+      return;
+    }
+    if (blockDim.y > 1 && blockDim.y <= 15) {
+      asm volatile("bar.sync %0, %1;" ::"r"(1 + threadIdx.y), "r"(blockDim.x) : "memory");
+      return;
+    }
+  }
+  __syncthreads();
+}
+
 // The index of this CTA's cluster in the grid (blockIdx.x / cluster size, without a division:
 // a launch without clusters is one of 1x1x1 clusters on sm_90+).
 __device__ __forceinline__ unsigned cluster_index() {
@@ -453,7 +476,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
 #pragma unroll
   for (int off = 8; off > 0; off /= 2) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
   if ((tx & (seg - 1)) == 0) red[threadIdx.y * kMaxWarpsPerRow + (tx >> seg_shift)] = acc;
-  __syncthreads();
+  row_barrier<L>();
   // Every warp adds the row's nw warp (or half-warp) sums by a butterfly over groups of
   // `group` = pow2 >= nw lanes (each group holds all nw sums of its row, zero-padded; a group
   // never straddles two rows: group <= seg): log2(group) dependent steps instead of nw
