@@ -43,13 +43,15 @@ SWITCHES = [
 
 # Shapes x options: odd block counts (1152: 9 blocks; 1408: 11, in half-warp rows of 48 threads
 # with 4 vectors each at M = 1030, the last CTA half idle), long rows (fp32 65536: a slice over
-# shared memory re-read from global), M around the table's thresholds.
+# shared memory re-read from global), M around the table's thresholds, rows of one warp (bf16
+# 1024 at 4 vectors per thread: the plain kernels' __syncwarp row barrier; 130 x 4096 takes
+# their named per-row barriers).
 CASES = """
 import torch
 from fp8norm_testing import Case, check_case
 for dtype in (torch.bfloat16, torch.float32, torch.float16):
     for i, (m, h) in enumerate([(1, 128), (1, 1152), (3, 5120), (2, 16384), (1, 65536),
-                                (130, 4096), (600, 1152), (5, 32768), (1030, 1408)]):
+                                (130, 4096), (600, 1152), (5, 32768), (1030, 1408), (257, 1024)]):
         check_case(Case("cuda", dtype, m, h, fused=i % 3 != 2, pad=(0, 1, 128)[i % 3],
                         ue8m0=i % 2 == 0, weight_fp32=i % 4 == 1, normed_none=i % 5 == 3,
                         layout=("tma", "scaled_mm", "row_major")[i % 3]))

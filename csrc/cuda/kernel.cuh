@@ -193,16 +193,18 @@ __device__ __forceinline__ void wait_previous_grid(bool release) {
 }
 
 // Makes the warp sums a row's warps wrote to shared memory visible to all of that row's warps.
-// In CTAs of several rows of whole warps, a row waits only for its own warps, so that a row
-// whose loads have landed goes on to pass 2 while the CTA's other rows are still loading: a
-// row of one warp with __syncwarp, a row of several warps, in a CTA of at most 15 rows, with the
-// named barrier 1 + its index (`bar.sync id, threads`: only the row's warps take part, and it
-// orders their shared-memory accesses as __syncthreads does the CTA's). Half-warp rows share
-// warps with their neighbours and cluster slices are one per CTA: those kernels keep the CTA
-// barrier (and do not reserve the named barriers, which sm_90 counts as an occupancy resource).
-template <Layout L>
+// With PER_ROW, in CTAs of several rows of whole warps, a row waits only for its own warps, so
+// that a row whose loads have landed goes on to pass 2 while the CTA's other rows are still
+// loading: a row of one warp with __syncwarp, a row of several warps, in a CTA of at most 15
+// rows, with the named barrier 1 + its index (`bar.sync id, threads`: only the row's warps take
+// part, and it orders their shared-memory accesses as __syncthreads does the CTA's). Half-warp
+// rows share warps with their neighbours and cluster slices are one per CTA: those keep the CTA
+// barrier. PER_ROW is on in the plain-access kernels only (the L2 window's one-wave grids: 1-1.5%
+// faster at 2048 x 2048 and 1024 x 4096); the hinted kernels measured 4-7% slower at decode, in
+// one-row CTAs that never take the per-row path, and 0.4-0.8% slower at large M (v20).
+template <Layout L, bool PER_ROW>
 __device__ __forceinline__ void row_barrier() {
-  if constexpr (L == Layout::kWarpRows) {
+  if constexpr (PER_ROW && L == Layout::kWarpRows) {
     if (blockDim.x == 32) {
       __syncwarp();
       return;
@@ -476,7 +478,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
 #pragma unroll
   for (int off = 8; off > 0; off /= 2) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
   if ((tx & (seg - 1)) == 0) red[threadIdx.y * kMaxWarpsPerRow + (tx >> seg_shift)] = acc;
-  row_barrier<L>();
+  row_barrier<L, !HINTED>();  // per-row in the plain kernels only
   // Every warp adds the row's nw warp (or half-warp) sums by a butterfly over groups of
   // `group` = pow2 >= nw lanes (each group holds all nw sums of its row, zero-padded; a group
   // never straddles two rows: group <= seg): log2(group) dependent steps instead of nw

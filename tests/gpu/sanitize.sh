@@ -17,10 +17,13 @@ status=0
 # threads per row slice and no stash (many tiles per slice, re-read from global memory), with
 # no decode split (rows of up to 1024 threads that load the weight after the reduction), and
 # with the weight after the reduction in every 1-vector kernel (clusters too) and the PDL
-# release at exit, and with plain (unhinted) accesses in every grid of aligned one-CTA rows.
+# release at exit, and with plain (unhinted) accesses in every grid of aligned one-CTA rows;
+# racecheck also with plain accesses and 4 vectors per thread (the plain kernels' per-row
+# barriers: __syncwarp for rows of one warp, named barriers for rows of several).
 for tool in ${TOOLS:-memcheck racecheck initcheck synccheck}; do
   settings=("")
   case $tool in memcheck|racecheck) settings+=("FP8NORM_TUNE=cluster=3,vpt=1 FP8NORM_PDL=0") ;; esac
+  case $tool in racecheck) settings+=("FP8NORM_TUNE=hints=0,vpt=4") ;; esac
   case $tool in memcheck) settings+=("FP8NORM_TUNE=prefetch=1,cta=1024,tiles=1" "FP8NORM_TUNE=threads=64,stash=0"
                                     "FP8NORM_TUNE=slice=0" "FP8NORM_TUNE=weight=2,release=0" "FP8NORM_TUNE=hints=0") ;; esac
   for setting in "${settings[@]}"; do
