@@ -199,9 +199,10 @@ __device__ __forceinline__ void wait_previous_grid(bool release) {
 // rows, with the named barrier 1 + its index (`bar.sync id, threads`: only the row's warps take
 // part, and it orders their shared-memory accesses as __syncthreads does the CTA's). Half-warp
 // rows share warps with their neighbours and cluster slices are one per CTA: those keep the CTA
-// barrier. PER_ROW is on in the plain-access kernels only (the L2 window's one-wave grids: 1-1.5%
-// faster at 2048 x 2048 and 1024 x 4096); the hinted kernels measured 4-7% slower at decode, in
-// one-row CTAs that never take the per-row path, and 0.4-0.8% slower at large M (v20).
+// barrier. PER_ROW is on in the plain-access kernels only (the L2 window's multi-row grids:
+// 2048 x 2048 2.3% faster, the others 0.4-0.9%); in the hinted kernels it measured 4-7% slower
+// at decode, in one-row CTAs that never take the per-row path (the code around the barrier),
+// and 0.7-1.0% slower at large M (benchmarks/NOTES.md, v20).
 template <Layout L, bool PER_ROW>
 __device__ __forceinline__ void row_barrier() {
   if constexpr (PER_ROW && L == Layout::kWarpRows) {
