@@ -40,6 +40,15 @@ namespace cuda {
 // one paired conversion (cvt.rn.{bf16x2,f16x2}.f32: one F2FP instruction in SASS, where each
 // single conversion is an F2F on the slower conversion pipe); the same values as two single
 // conversions (those: 0.05-0.12 µs slower at decode sizes, benchmarks/NOTES.md, v4).
+//
+// add2 sets a[0..1] to the reference's residual + input, a + b computed in float32 and rounded
+// to T. For the 2-byte types that is one paired add rounded once (add.rn.{bf16x2,f16x2}; below
+// sm_90 bf16 is an fma by 1.0), instead of four unpacks, two float adds and a paired
+// conversion: the same values, since the float32 sum of two bf16 / fp16 values is either exact
+// or, where it is not (exponents more than 16 / 13 apart), the smaller addend lies far below
+// half an ulp of T of the larger, so both round to the larger (NaN stays NaN, its payload may
+// differ). Checked over every pair of bf16 and of fp16 bit patterns on the H200
+// (tests/test_large.py, test_residual_add_every_pair).
 template <typename T>
 struct Cvt;
 template <>
@@ -48,6 +57,10 @@ struct Cvt<float> {
   __device__ static void from_float2(float a, float b, float& ra, float& rb) {
     ra = a;
     rb = b;
+  }
+  __device__ static void add2(float* a, const float* b) {
+    a[0] = __fadd_rn(a[0], b[0]);
+    a[1] = __fadd_rn(a[1], b[1]);
   }
 };
 template <>
@@ -58,6 +71,10 @@ struct Cvt<__half> {
     ra = __low2half(h);
     rb = __high2half(h);
   }
+  __device__ static void add2(__half* a, const __half* b) {
+    *reinterpret_cast<__half2*>(a) =
+        __hadd2_rn(*reinterpret_cast<const __half2*>(a), *reinterpret_cast<const __half2*>(b));
+  }
 };
 template <>
 struct Cvt<__nv_bfloat16> {
@@ -66,6 +83,10 @@ struct Cvt<__nv_bfloat16> {
     const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
     ra = __low2bfloat16(h);
     rb = __high2bfloat16(h);
+  }
+  __device__ static void add2(__nv_bfloat16* a, const __nv_bfloat16* b) {
+    *reinterpret_cast<__nv_bfloat162*>(a) =
+        __hadd2_rn(*reinterpret_cast<const __nv_bfloat162*>(a), *reinterpret_cast<const __nv_bfloat162*>(b));
   }
 };
 
@@ -449,11 +470,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
       if (!(active && v < v_end)) continue;
       if constexpr (HAS_RES) {
 #pragma unroll
-        for (int e = 0; e < VEC; e += 2) {
-          C::from_float2(__fadd_rn(C::to_float(sv[k].v[e]), C::to_float(vres[k].v[e])),
-                         __fadd_rn(C::to_float(sv[k].v[e + 1]), C::to_float(vres[k].v[e + 1])),
-                         sv[k].v[e], sv[k].v[e + 1]);
-        }
+        for (int e = 0; e < VEC; e += 2) C::add2(&sv[k].v[e], &vres[k].v[e]);
       }
       // The vector's squares, added pairwise in double (log2(VEC) dependent adds, not VEC).
       double sq[VEC];
