@@ -368,6 +368,11 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   static_assert(LPB <= 32 && 32 % LPB == 0, "a 1x128 block must sit inside one warp");
   static_assert(!HALF || LPB <= 16, "half-warp rows need 1x128 blocks of at most 16 lanes");
   using C = Cvt<T>;
+  // The residual add as one paired add (Cvt::add2; same values) in every kernel but the
+  // plain-access 4-vector whole-warp rows: there, in the L2 window's one-wave grids of several
+  // rows per CTA, it measured 0.6-3.9% slower (2048 x 2048 8.03 -> 8.34 µs), where elsewhere it
+  // is 1-3.6% faster (128 x 8192 3.77 -> 3.67, 1 x 16384 1.99 -> 1.95; benchmarks/NOTES.md, v21).
+  constexpr bool kPairedAdd = HINTED || L != Layout::kWarpRows || VPT != 4;
 
   // Shared memory: red[rows_per_cta][kMaxWarpsPerRow], cluster_red[kMaxCluster], the mbarrier,
   // the stash (reduction_smem_bytes).
@@ -468,9 +473,16 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
     for (int k = 0; k < VPT; ++k) {
       const int v = v0 + k * blockDim.x;
       if (!(active && v < v_end)) continue;
-      if constexpr (HAS_RES) {
+      if constexpr (HAS_RES && kPairedAdd) {
 #pragma unroll
         for (int e = 0; e < VEC; e += 2) C::add2(&sv[k].v[e], &vres[k].v[e]);
+      } else if constexpr (HAS_RES) {
+#pragma unroll
+        for (int e = 0; e < VEC; e += 2) {
+          C::from_float2(__fadd_rn(C::to_float(sv[k].v[e]), C::to_float(vres[k].v[e])),
+                         __fadd_rn(C::to_float(sv[k].v[e + 1]), C::to_float(vres[k].v[e + 1])),
+                         sv[k].v[e], sv[k].v[e + 1]);
+        }
       }
       // The vector's squares, added pairwise in double (log2(VEC) dependent adds, not VEC).
       double sq[VEC];
