@@ -48,7 +48,7 @@ namespace cuda {
 // or, where it is not (exponents more than 16 / 13 apart), the smaller addend lies far below
 // half an ulp of T of the larger, so both round to the larger (NaN stays NaN, its payload may
 // differ). Checked over every pair of bf16 and of fp16 bit patterns on the H200
-// (tests/test_large.py, test_residual_add_every_pair).
+// (tests/test_residual_add.py).
 template <typename T>
 struct Cvt;
 template <>
