@@ -4,8 +4,8 @@ interpreter): clusters of 2..8 CTAs per row with even and uneven slices, several
 slice with and without the shared-memory stash, 1 and 4 vectors per thread, rows in whole
 warps or in half-warps, the weight loaded in pass 1 or 2, launches without programmatic
 dependent launch or with the next grid released at exit, the L2 prefetch of later rows, the
-L2 prefetch of a slice's later tiles in every grid, and plain (unhinted) or cache-hinted
-accesses in every grid.
+L2 prefetch of a slice's later tiles in every grid, plain (unhinted) or cache-hinted
+accesses in every grid, and one-row CTAs in their own kernel or in the several-row one.
 Each case is checked against the full contract."""
 import os
 import subprocess
@@ -39,6 +39,7 @@ SWITCHES = [
     {"FP8NORM_TUNE": "hints=0,vpt=4,cta=1024,prefetch=1"},  # ... 4-vector rows, 32 rows per CTA, L2
                                                             # prefetch of rows (off by default when plain)
     {"FP8NORM_TUNE": "hints=1"},                 # cache hints in every grid
+    {"FP8NORM_TUNE": "hints=0,row1=0"},          # plain one-row CTAs in the several-row kernel
 ]
 
 # Shapes x options: odd block counts (1152: 9 blocks; 1408: 11, in half-warp rows of 48 threads

@@ -82,7 +82,9 @@ const DeviceInfo& device_info(int device) {
 //                              CTA per SM or of streams over 1 GiB each),
 //                              hints=<0|1> (cache hints on the 16-byte accesses: 0 plain in
 //                              every grid of aligned one-CTA rows, 1 hinted in every grid;
-//                              default: plain where the call's bytes fit in L2)
+//                              default: plain where the call's bytes fit in L2),
+//                              row1=0 (one-row CTAs in the kernel of several-row CTAs: the
+//                              plain 4-vector rows then keep the float add)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
@@ -97,6 +99,7 @@ struct Switches {
   int weight_pass = 0;  // 0: from the table
   int tile_prefetch = -1;  // -1: from the table (one CTA per SM at most, or streams over 1 GiB)
   int hints = -1;          // -1: from the table (plain where the call's bytes fit in L2)
+  bool row1 = true;        // one-row CTAs in their own kernel where it is compiled
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -129,6 +132,7 @@ const Switches& switches() {
       s.weight_pass = std::clamp(tune_value(spec, "weight", 0), 0, 2);
       s.tile_prefetch = std::clamp(tune_value(spec, "tiles", -1), -1, 1);
       s.hints = std::clamp(tune_value(spec, "hints", -1), -1, 1);
+      s.row1 = tune_value(spec, "row1", 1) != 0;
     }
     return s;
   }();
@@ -269,6 +273,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   c.shape.smem_stash = sw.stash && c.shape.ntiles > 1 &&
                        red_bytes + stash_bytes <= static_cast<size_t>(dev.max_smem);
   c.smem_bytes = red_bytes + (c.shape.smem_stash ? stash_bytes : 0);
+  c.row1 = sw.row1;
   c.pdl = dev.major >= 9 && sw.pdl;
   c.release = sw.release;
   c.device = dev.device;

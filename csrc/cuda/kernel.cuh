@@ -369,9 +369,11 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   static_assert(!HALF || LPB <= 16, "half-warp rows need 1x128 blocks of at most 16 lanes");
   using C = Cvt<T>;
   // The residual add as one paired add (Cvt::add2; same values) in every kernel but the
-  // plain-access 4-vector whole-warp rows: there, in the L2 window's one-wave grids of several
-  // rows per CTA, it measured 0.6-3.9% slower (2048 x 2048 8.03 -> 8.34 µs), where elsewhere it
-  // is 1-3.6% faster (128 x 8192 3.77 -> 3.67, 1 x 16384 1.99 -> 1.95; benchmarks/NOTES.md, v21).
+  // plain-access 4-vector whole-warp rows of CTAs of several rows: there, in the L2 window's
+  // one-wave grids, it measured 0.6-3.9% slower (2048 x 2048 8.03 -> 8.34 µs), where elsewhere
+  // it is 1-3.6% faster (128 x 8192 3.77 -> 3.67, 1 x 16384 1.99 -> 1.95, and 128 x 16384 5.59
+  // -> 5.39 in the same plain kernel with one row per CTA: Layout::kWarpRow1;
+  // benchmarks/NOTES.md, v21).
   constexpr bool kPairedAdd = HINTED || L != Layout::kWarpRows || VPT != 4;
 
   // Shared memory: red[rows_per_cta][kMaxWarpsPerRow], cluster_red[kMaxCluster], the mbarrier,
@@ -728,6 +730,18 @@ void launch(const RowArgs& a, const LaunchConfig& cfg, bool aligned, cudaStream_
         switch (cfg.layout()) {
           case Layout::kClusterSlices:
             with_layout(std::integral_constant<Layout, Layout::kClusterSlices>{});
+            break;
+          case Layout::kWarpRow1:
+            // Its own kernel for the plain-access 4-vector rows of aligned one-row CTAs; every
+            // other launch of one-row CTAs takes kWarpRows' kernel.
+            if constexpr (decltype(al)::value) {
+              if (!cfg.hinted && cfg.vpt == 4) {
+                constexpr bool R = std::decay_t<decltype(has_res)>::value;
+                launch_one<T, W, R, true, 4, Layout::kWarpRow1, false>(a, cfg, stream);
+                break;
+              }
+            }
+            with_layout(std::integral_constant<Layout, Layout::kWarpRows>{});
             break;
           case Layout::kHalfWarpRows:
             // 2-byte types only (the launch table never picks them for float).

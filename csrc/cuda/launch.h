@@ -35,7 +35,11 @@ constexpr size_t reduction_smem_bytes(int rows_per_cta) {
 //   kHalfWarpRows  each row (whole, one CTA) in whole half-warps: a warp may hold the end of one
 //                  row and the start of the next (2-byte types only)
 //   kClusterSlices each row split into slices over the CTAs of a thread-block cluster (sm_90+)
-enum class Layout { kWarpRows, kHalfWarpRows, kClusterSlices };
+//   kWarpRow1      one row per CTA in whole warps: compiled for the plain-access 4-vector rows
+//                  only (aligned; the launcher takes kWarpRows for every other kernel of
+//                  one-row CTAs), the one such kernel whose code differs from kWarpRows' (the
+//                  residual's paired add, kernel.cuh; and no per-row barrier code)
+enum class Layout { kWarpRows, kHalfWarpRows, kClusterSlices, kWarpRow1 };
 
 // What the kernel needs to know about the launch, besides blockDim and RowArgs.
 struct TileShape {
@@ -68,6 +72,7 @@ struct LaunchConfig {
   int prefetch_pct = -1;  // L2 prefetch distance in percent of the CTAs resident at once (the
                           // launcher turns it into shape.prefetch_ctas; 0: off; -1: by the
                           // number of waves, off in the plain-access kernels)
+  bool row1 = true;       // one-row CTAs of whole warps take Layout::kWarpRow1 where it is compiled
   bool hinted = true;     // streaming / read-only cache hints on the 16-byte accesses; false:
                           // plain accesses (compiled for aligned rows of one CTA only: other
                           // kernels keep their hints)
@@ -75,7 +80,10 @@ struct LaunchConfig {
   // the start of the next (2-byte types only).
   bool half_warp_rows() const { return threads_x % 32 != 0; }
   Layout layout() const {
-    return shape.cluster > 1 ? Layout::kClusterSlices : half_warp_rows() ? Layout::kHalfWarpRows : Layout::kWarpRows;
+    return shape.cluster > 1      ? Layout::kClusterSlices
+           : half_warp_rows()     ? Layout::kHalfWarpRows
+           : rows_per_cta == 1 && row1 ? Layout::kWarpRow1
+                                       : Layout::kWarpRows;
   }
 };
 
