@@ -83,8 +83,10 @@ const DeviceInfo& device_info(int device) {
 //                              hints=<0|1> (cache hints on the 16-byte accesses: 0 plain in
 //                              every grid of aligned one-CTA rows, 1 hinted in every grid;
 //                              default: plain where the call's bytes fit in L2),
-//                              row1=0 (one-row CTAs in the kernel of several-row CTAs: the
-//                              plain 4-vector rows then keep the float add)
+//                              row1=<0|1> (one-row CTAs of plain 4-vector rows in their own
+//                              kernel, Layout::kWarpRow1, with the paired add: 0 never, they
+//                              take the several-row kernel and its float add; 1 in every grid;
+//                              default: grids of at most 3 rows per SM)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
@@ -99,7 +101,7 @@ struct Switches {
   int weight_pass = 0;  // 0: from the table
   int tile_prefetch = -1;  // -1: from the table (one CTA per SM at most, or streams over 1 GiB)
   int hints = -1;          // -1: from the table (plain where the call's bytes fit in L2)
-  bool row1 = true;        // one-row CTAs in their own kernel where it is compiled
+  int row1 = -1;           // -1: from the table (at most 3 rows per SM)
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -132,7 +134,7 @@ const Switches& switches() {
       s.weight_pass = std::clamp(tune_value(spec, "weight", 0), 0, 2);
       s.tile_prefetch = std::clamp(tune_value(spec, "tiles", -1), -1, 1);
       s.hints = std::clamp(tune_value(spec, "hints", -1), -1, 1);
-      s.row1 = tune_value(spec, "row1", 1) != 0;
+      s.row1 = std::clamp(tune_value(spec, "row1", -1), -1, 1);
     }
     return s;
   }();
@@ -206,6 +208,7 @@ constexpr int64_t kThreadsPerSm = 1024;
 constexpr int64_t kWholeRow = 256;    // cluster: see the table above
 constexpr int64_t kLongSlice = 4096;  // cluster: see the table above
 constexpr int64_t kHugeStreamBytes = int64_t{1} << 30;  // tile prefetch: see below
+constexpr int64_t kRow1MaxRowsPerSm = 3;                 // one-row kernel: see below
 // Cache hints: see below.
 constexpr int64_t kL2PlainMinBytes = int64_t{15} << 19;  // 7.5 MiB
 constexpr int64_t kL2PlainMaxPercent = 72;
@@ -273,7 +276,14 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   c.shape.smem_stash = sw.stash && c.shape.ntiles > 1 &&
                        red_bytes + stash_bytes <= static_cast<size_t>(dev.max_smem);
   c.smem_bytes = red_bytes + (c.shape.smem_stash ? stash_bytes : 0);
-  c.row1 = sw.row1;
+  // One-row CTAs of plain 4-vector rows (Layout::kWarpRow1: the paired residual add, no per-row
+  // barrier code) where the grid has at most 3 rows per SM; more rows per SM take the several-row
+  // kernel (its float add) with one row per CTA. Same-run A/B, bf16 (v22): 1.9-2.9 rows per SM
+  // 2.5-13% faster (384 x 5120 5.84 -> 5.08 µs, 256 x 5120 4.50 -> 4.32, 384 x 8192 7.21 -> 7.03),
+  // one per SM 2.6-4.6% (128 x 16384 5.63 -> 5.38, 128 x 32768 9.52 -> 9.30); 3.9 per SM slower
+  // with short rows (512 x 5120 6.02 -> 6.35, 512 x 6144 6.70 -> 7.02), level with longer ones
+  // and at 5.8 (512 x 7168, 768 x 5120).
+  c.row1 = sw.row1 >= 0 ? sw.row1 == 1 : rows <= kRow1MaxRowsPerSm * dev.sms;
   c.pdl = dev.major >= 9 && sw.pdl;
   c.release = sw.release;
   c.device = dev.device;

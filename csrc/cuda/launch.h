@@ -73,6 +73,7 @@ struct LaunchConfig {
                           // launcher turns it into shape.prefetch_ctas; 0: off; -1: by the
                           // number of waves, off in the plain-access kernels)
   bool row1 = true;       // one-row CTAs of whole warps take Layout::kWarpRow1 where it is compiled
+                          // (the table's rule: launch_config)
   bool hinted = true;     // streaming / read-only cache hints on the 16-byte accesses; false:
                           // plain accesses (compiled for aligned rows of one CTA only: other
                           // kernels keep their hints)
