@@ -280,9 +280,9 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // barrier code) where the grid has at most 3 rows per SM; more rows per SM take the several-row
   // kernel (its float add) with one row per CTA. Same-run A/B, bf16 (v22): 1.9-2.9 rows per SM
   // 2.5-13% faster (384 x 5120 5.84 -> 5.08 µs, 256 x 5120 4.50 -> 4.32, 384 x 8192 7.21 -> 7.03),
-  // one per SM 2.6-4.6% (128 x 16384 5.63 -> 5.38, 128 x 32768 9.52 -> 9.30); 3.9 per SM slower
-  // with short rows (512 x 5120 6.02 -> 6.35, 512 x 6144 6.70 -> 7.02), level with longer ones
-  // and at 5.8 (512 x 7168, 768 x 5120).
+  // one per SM 2.6-4.6% (128 x 16384 5.63 -> 5.38, 128 x 32768 9.52 -> 9.30), level at 256 x
+  // 16384 (+0.7%) and 64 x 32768; 3.9 per SM 5% slower with short rows (512 x 5120 6.02 -> 6.35,
+  // 512 x 6144 6.70 -> 7.02), level with longer ones (512 x 7168) and at 5.8 (768 x 5120).
   c.row1 = sw.row1 >= 0 ? sw.row1 == 1 : rows <= kRow1MaxRowsPerSm * dev.sms;
   c.pdl = dev.major >= 9 && sw.pdl;
   c.release = sw.release;
