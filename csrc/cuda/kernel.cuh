@@ -369,11 +369,12 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   static_assert(!HALF || LPB <= 16, "half-warp rows need 1x128 blocks of at most 16 lanes");
   using C = Cvt<T>;
   // The residual add as one paired add (Cvt::add2; same values) in every kernel but the
-  // plain-access 4-vector whole-warp rows of CTAs of several rows: there, in the L2 window's
-  // one-wave grids, it measured 0.6-3.9% slower (2048 x 2048 8.03 -> 8.34 µs), where elsewhere
-  // it is 1-3.6% faster (128 x 8192 3.77 -> 3.67, 1 x 16384 1.99 -> 1.95, and 128 x 16384 5.59
-  // -> 5.39 in the same plain kernel with one row per CTA: Layout::kWarpRow1;
-  // benchmarks/NOTES.md, v21).
+  // plain-access 4-vector kWarpRows one: there, in the L2 window's one-wave grids of several
+  // rows per CTA, it measured 0.6-3.9% slower (2048 x 2048 8.03 -> 8.34 µs), where elsewhere
+  // it is 1-3.6% faster (128 x 8192 3.77 -> 3.67, 1 x 16384 1.99 -> 1.95; benchmarks/NOTES.md,
+  // v21). One-row CTAs of those rows take Layout::kWarpRow1, with the paired add, in grids of
+  // at most 3 rows per SM (128 x 16384 5.60 -> 5.36 µs), and this kernel above (512 x 5120:
+  // 6.36 µs with the paired add, 6.00 without; launch_config, v22).
   constexpr bool kPairedAdd = HINTED || L != Layout::kWarpRows || VPT != 4;
 
   // Shared memory: red[rows_per_cta][kMaxWarpsPerRow], cluster_red[kMaxCluster], the mbarrier,
