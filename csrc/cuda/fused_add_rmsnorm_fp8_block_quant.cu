@@ -86,7 +86,8 @@ const DeviceInfo& device_info(int device) {
 //                              row1=<0|1> (one-row CTAs of plain 4-vector rows in their own
 //                              kernel, Layout::kWarpRow1, with the paired add: 0 never, they
 //                              take the several-row kernel and its float add; 1 in every grid;
-//                              default: grids of at most 3 rows per SM)
+//                              default: grids of at most 3 rows per SM; plain 4-vector rows
+//                              only, whatever the switch says)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
@@ -276,14 +277,6 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   c.shape.smem_stash = sw.stash && c.shape.ntiles > 1 &&
                        red_bytes + stash_bytes <= static_cast<size_t>(dev.max_smem);
   c.smem_bytes = red_bytes + (c.shape.smem_stash ? stash_bytes : 0);
-  // One-row CTAs of plain 4-vector rows (Layout::kWarpRow1: the paired residual add, no per-row
-  // barrier code) where the grid has at most 3 rows per SM; more rows per SM take the several-row
-  // kernel (its float add) with one row per CTA. Same-run A/B, bf16 (v22): 1.9-2.9 rows per SM
-  // 2.5-13% faster (384 x 5120 5.84 -> 5.08 µs, 256 x 5120 4.50 -> 4.32, 384 x 8192 7.21 -> 7.03),
-  // one per SM 2.6-4.6% (128 x 16384 5.63 -> 5.38, 128 x 32768 9.52 -> 9.30), level at 256 x
-  // 16384 (+0.7%) and 64 x 32768; 3.9 per SM 5% slower with short rows (512 x 5120 6.02 -> 6.35,
-  // 512 x 6144 6.70 -> 7.02), level with longer ones (512 x 7168) and at 5.8 (768 x 5120).
-  c.row1 = sw.row1 >= 0 ? sw.row1 == 1 : rows <= kRow1MaxRowsPerSm * dev.sms;
   c.pdl = dev.major >= 9 && sw.pdl;
   c.release = sw.release;
   c.device = dev.device;
@@ -319,6 +312,17 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   const int64_t footprint = rows * hidden * (elem_size * (1 + int64_t{has_residual} + int64_t{writes_normed}) + 1);
   c.hinted = sw.hints >= 0 ? sw.hints == 1
                            : !(footprint >= kL2PlainMinBytes && 100 * footprint <= kL2PlainMaxPercent * dev.l2_bytes);
+  // One-row CTAs of plain 4-vector rows (Layout::kWarpRow1: the paired residual add, no per-row
+  // barrier code) where the grid has at most 3 rows per SM; more rows per SM take the several-row
+  // kernel (its float add) with one row per CTA. Same-run A/B, bf16 (v22): 1.9-2.9 rows per SM
+  // 2.5-13% faster (384 x 5120 5.84 -> 5.08 µs, 256 x 5120 4.50 -> 4.32, 384 x 8192 7.21 -> 7.03),
+  // one per SM 2.6-4.6% (128 x 16384 5.63 -> 5.38, 128 x 32768 9.52 -> 9.30), level at 256 x
+  // 16384 (+0.7%) and 64 x 32768; 3.9 per SM 5% slower with short rows (512 x 5120 6.02 -> 6.35,
+  // 512 x 6144 6.70 -> 7.02), level with longer ones (512 x 7168) and at 5.8 (768 x 5120).
+  // The launcher takes kWarpRow1 only for aligned rows (known at launch); every other launch of
+  // one-row CTAs takes kWarpRows' kernel.
+  c.row1 = c.vpt == 4 && !c.hinted &&
+           (sw.row1 >= 0 ? sw.row1 == 1 : rows <= kRow1MaxRowsPerSm * dev.sms);
   return c;
 }
 

@@ -733,16 +733,14 @@ void launch(const RowArgs& a, const LaunchConfig& cfg, bool aligned, cudaStream_
             with_layout(std::integral_constant<Layout, Layout::kClusterSlices>{});
             break;
           case Layout::kWarpRow1:
-            // Its own kernel for the plain-access 4-vector rows of aligned one-row CTAs; every
-            // other launch of one-row CTAs takes kWarpRows' kernel.
+            // Plain-access 4-vector one-row CTAs (launch_config sets row1 only for those); it is
+            // compiled for aligned rows only, so unaligned ones take kWarpRows' kernel.
             if constexpr (decltype(al)::value) {
-              if (!cfg.hinted && cfg.vpt == 4) {
-                constexpr bool R = std::decay_t<decltype(has_res)>::value;
-                launch_one<T, W, R, true, 4, Layout::kWarpRow1, false>(a, cfg, stream);
-                break;
-              }
+              constexpr bool R = std::decay_t<decltype(has_res)>::value;
+              launch_one<T, W, R, true, 4, Layout::kWarpRow1, false>(a, cfg, stream);
+            } else {
+              with_layout(std::integral_constant<Layout, Layout::kWarpRows>{});
             }
-            with_layout(std::integral_constant<Layout, Layout::kWarpRows>{});
             break;
           case Layout::kHalfWarpRows:
             // 2-byte types only (the launch table never picks them for float).

@@ -36,9 +36,10 @@ constexpr size_t reduction_smem_bytes(int rows_per_cta) {
 //                  row and the start of the next (2-byte types only)
 //   kClusterSlices each row split into slices over the CTAs of a thread-block cluster (sm_90+)
 //   kWarpRow1      one row per CTA in whole warps: compiled for the plain-access 4-vector rows
-//                  only (aligned; the launcher takes kWarpRows for every other kernel of
-//                  one-row CTAs), the one such kernel whose code differs from kWarpRows' (the
-//                  residual's paired add, kernel.cuh; and no per-row barrier code)
+//                  only (launch_config picks it only for those, and the launcher only for
+//                  aligned rows: every other launch of one-row CTAs takes kWarpRows), the one
+//                  such kernel whose code differs from kWarpRows' (the residual's paired add,
+//                  kernel.cuh; and no per-row barrier code)
 enum class Layout { kWarpRows, kHalfWarpRows, kClusterSlices, kWarpRow1 };
 
 // What the kernel needs to know about the launch, besides blockDim and RowArgs.
@@ -72,8 +73,9 @@ struct LaunchConfig {
   int prefetch_pct = -1;  // L2 prefetch distance in percent of the CTAs resident at once (the
                           // launcher turns it into shape.prefetch_ctas; 0: off; -1: by the
                           // number of waves, off in the plain-access kernels)
-  bool row1 = true;       // one-row CTAs of whole warps take Layout::kWarpRow1 where it is compiled
-                          // (the table's rule: launch_config)
+  bool row1 = false;      // one-row CTAs of whole warps take Layout::kWarpRow1 (launch_config
+                          // sets it only for plain-access 4-vector rows, by its rule; the
+                          // launcher still needs aligned rows for it)
   bool hinted = true;     // streaming / read-only cache hints on the 16-byte accesses; false:
                           // plain accesses (compiled for aligned rows of one CTA only: other
                           // kernels keep their hints)
