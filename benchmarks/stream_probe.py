@@ -10,6 +10,8 @@ copy. `no normed` leaves out the bf16 normed stream (7 bytes per element, the op
 Needs CUDA and Triton; not part of the test suite.
 
     python benchmarks/stream_probe.py [MxH ...]     (default 16384x4096 16384x2048)
+    BLOCK=8192 WARPS=8 python benchmarks/stream_probe.py ...   (elements and warps per program;
+                                                               default 2048 and 4)
     PROFILE=1 ncu -k regex:_streams ... python benchmarks/stream_probe.py 16384x4096   (each once)
 """
 from __future__ import annotations
@@ -37,7 +39,8 @@ def _streams(x_ptr, r_ptr, r_out_ptr, n_ptr, o_ptr, BLOCK: tl.constexpr, NORMED:
 
 
 def main(shapes):
-    block, calls, replays = 2048, 2, 15
+    block, calls, replays = int(os.environ.get("BLOCK", "2048")), 2, 15
+    warps = int(os.environ.get("WARPS", "4"))
     for shape in shapes:
         m, h = (int(v) for v in shape.split("x"))
         x, r, r2, n = (torch.randn(m, h, device="cuda").to(torch.bfloat16) for _ in range(4))
@@ -45,17 +48,17 @@ def main(shapes):
         assert m * h % block == 0, f"M x H must be a multiple of {block} (the kernel has no tail)"
         grid = (m * h // block,)
         if os.environ.get("PROFILE") == "1":  # each kernel once, for ncu -k regex:_streams
-            _streams[grid](x, r, r, n, o, BLOCK=block, num_warps=4)
-            _streams[grid](x, r, r2, n, o, BLOCK=block, num_warps=4)
-            _streams[grid](x, r, r, n, o, BLOCK=block, NORMED=False, num_warps=4)
+            _streams[grid](x, r, r, n, o, BLOCK=block, num_warps=warps)
+            _streams[grid](x, r, r2, n, o, BLOCK=block, num_warps=warps)
+            _streams[grid](x, r, r, n, o, BLOCK=block, NORMED=False, num_warps=warps)
             torch.cuda.synchronize()
             continue
         src, dst = copy_buffers(byte_count(m, h, torch.bfloat16), "cuda")
         rows = [
             ("copy (same bytes)", time_cuda(lambda: torch.bitwise_or(src, 0, out=dst), calls, replays)),
-            ("inplace", time_cuda(lambda: _streams[grid](x, r, r, n, o, BLOCK=block, num_warps=4), calls, replays)),
-            ("separate", time_cuda(lambda: _streams[grid](x, r, r2, n, o, BLOCK=block, num_warps=4), calls, replays)),
-            ("no normed", time_cuda(lambda: _streams[grid](x, r, r, n, o, BLOCK=block, NORMED=False, num_warps=4),
+            ("inplace", time_cuda(lambda: _streams[grid](x, r, r, n, o, BLOCK=block, num_warps=warps), calls, replays)),
+            ("separate", time_cuda(lambda: _streams[grid](x, r, r2, n, o, BLOCK=block, num_warps=warps), calls, replays)),
+            ("no normed", time_cuda(lambda: _streams[grid](x, r, r, n, o, BLOCK=block, NORMED=False, num_warps=warps),
                                     calls, replays)),
         ]
         print_probe_rows(m, h, rows, copy_us=rows[0][1])
