@@ -41,6 +41,8 @@ SWITCHES = [
     {"FP8NORM_TUNE": "hints=1"},                 # cache hints in every grid
     {"FP8NORM_TUNE": "hints=0,row1=0"},          # plain one-row CTAs in the several-row kernel
     {"FP8NORM_TUNE": "hints=0,row1=1"},          # ... in their own kernel, however many rows per SM
+    {"FP8NORM_TUNE": "hints=0,row1=1,vpt=1"},    # ... but never 1-vector rows (launch_config's guard:
+                                                 # the one-row kernel is compiled for 4 vectors only)
 ]
 
 # Shapes x options: odd block counts (1152: 9 blocks; 1408: 11, in half-warp rows of 48 threads
