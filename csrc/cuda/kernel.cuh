@@ -675,17 +675,19 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
     const bool slots_left = per_sm > (ctas + sms - 1) / sms || crowded;
     shape.release_early = !(one_wave_over_half && slots_left);
     if (cfg.release >= 0) shape.release_early = cfg.release == 1;
-    // L2 prefetch distance: the next wave when the grid is at most two waves, else half a wave
-    // (benchmarks/NOTES.md, v5); off for plain accesses, which the table picks where the call's
-    // rows are still in L2 from the last call (4096 x 1152 11.30 -> 10.33 µs, 3072 x 2048
-    // 14.56 -> 13.41, level at the window's other shapes; v19); FP8NORM_TUNE=prefetch=P: P
-    // percent of a wave (0: off; the launch table sets 0 where the prefetch does not apply).
+    // L2 prefetch distance: the next wave when the grid is at most two waves (v5), else a
+    // quarter of a wave (against half a wave: 2048 x 8192 41.62 -> 40.53 µs, 3072 x 4096
+    // 30.78 -> 29.90, 4096 x 4096 41.65 -> 40.61, level at six waves and more; v25); off for
+    // plain accesses, which the table picks where the call's rows are still in L2 from the last
+    // call (4096 x 1152 11.30 -> 10.33 µs, 3072 x 2048 14.56 -> 13.41, level at the window's
+    // other shapes; v19); FP8NORM_TUNE=prefetch=P: P percent of a wave (0: off; the launch
+    // table sets 0 where the prefetch does not apply). benchmarks/NOTES.md has each step.
     if (cfg.prefetch_pct != 0) {
       const int64_t pct = cfg.prefetch_pct > 0 ? cfg.prefetch_pct
                           : !HINTED            ? 0
                           : ctas <= resident   ? 0  // one wave: every row is read at the start
                           : ctas <= 2 * resident ? 100
-                                                 : 50;
+                                                 : 25;
       shape.prefetch_ctas = pct == 0 ? 0 : static_cast<int>(std::max<int64_t>(1, resident * pct / 100));
     }
   }
