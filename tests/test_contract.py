@@ -132,7 +132,9 @@ def test_every_kernel_variant(device, m, h):
 def test_deep_grid(dtype, m, h):
     # Grids at least 12 times as deep as the SMs hold (any GPU of up to 160 SMs) take ~512
     # threads per CTA instead of ~256 when the op writes normed_out: 4, 8 and 2 rows per CTA
-    # here, the last CTA full. The float32 case also runs without normed_out (~256 threads per
+    # here, the last CTA full. The scale columns are whole 128-byte lines (M a multiple of 32):
+    # the block-scale stores of all but the last two waves take the L2 line policy (evict_last,
+    # then demoted). The float32 case also runs without normed_out (~256 threads per
     # CTA) and compares out and block_scale bitwise with the call that writes it.
     check_case(Case("cuda", dtype, m, h, pad=128 if dtype == torch.float16 else 0, ue8m0=dtype == torch.float32,
                     normed_none=dtype == torch.float32))

@@ -5,7 +5,8 @@ slice with and without the shared-memory stash, 1 and 4 vectors per thread, rows
 warps or in half-warps, the weight loaded in pass 1 or 2, launches without programmatic
 dependent launch or with the next grid released at exit, the L2 prefetch of later rows, the
 L2 prefetch of a slice's later tiles in every grid, plain (unhinted) or cache-hinted
-accesses in every grid, and one-row CTAs in their own kernel or in the several-row one.
+accesses in every grid, one-row CTAs in their own kernel or in the several-row one, and the
+block-scale stores with the L2 line policy (evict_last, then demoted) in a short grid or without it.
 Each case is checked against the full contract."""
 import os
 import subprocess
@@ -43,19 +44,24 @@ SWITCHES = [
     {"FP8NORM_TUNE": "hints=0,row1=1"},          # ... in their own kernel, however many rows per SM
     {"FP8NORM_TUNE": "hints=0,row1=1,vpt=1"},    # ... but never 1-vector rows (launch_config's guard:
                                                  # the one-row kernel is compiled for 4 vectors only)
+    {"FP8NORM_TUNE": "hints=1,demote=1"},        # block-scale lines evict_last, demoted ~32 rows later
+                                                 # (2048 x 2048: scale columns of whole 128-byte lines)
+    {"FP8NORM_TUNE": "demote=0"},                # block-scale stores without the line policy
 ]
 
 # Shapes x options: odd block counts (1152: 9 blocks; 1408: 11, in half-warp rows of 48 threads
 # with 4 vectors each at M = 1030, the last CTA half idle), long rows (fp32 65536: a slice over
 # shared memory re-read from global), M around the table's thresholds, rows of one warp (bf16
 # 1024 at 4 vectors per thread: the plain kernels' __syncwarp row barrier; 130 x 4096 takes
-# their named per-row barriers).
+# their named per-row barriers), scale columns of whole 128-byte lines (2048 x 2048, "scaled_mm":
+# the block-scale line policy where demote=P brings it into a short grid).
 CASES = """
 import torch
 from fp8norm_testing import Case, check_case
 for dtype in (torch.bfloat16, torch.float32, torch.float16):
     for i, (m, h) in enumerate([(1, 128), (1, 1152), (3, 5120), (2, 16384), (1, 65536),
-                                (130, 4096), (600, 1152), (5, 32768), (1030, 1408), (257, 1024)]):
+                                (130, 4096), (600, 1152), (5, 32768), (1030, 1408), (257, 1024),
+                                (2048, 2048)]):
         check_case(Case("cuda", dtype, m, h, fused=i % 3 != 2, pad=(0, 1, 128)[i % 3],
                         ue8m0=i % 2 == 0, weight_fp32=i % 4 == 1, normed_none=i % 5 == 3,
                         layout=("tma", "scaled_mm", "row_major")[i % 3]))

@@ -83,6 +83,10 @@ const DeviceInfo& device_info(int device) {
 //                              hints=<0|1> (cache hints on the 16-byte accesses: 0 plain in
 //                              every grid of aligned one-CTA rows, 1 hinted in every grid;
 //                              default: plain where the call's bytes fit in L2),
+//                              demote=<percent> (block-scale lines kept in L2 with an
+//                              evict_last policy until demoted that many percent of a wave of
+//                              rows later; 0: off; default 200, where the scale columns are whole
+//                              128-byte lines),
 //                              row1=<0|1> (one-row CTAs of plain 4-vector rows in their own
 //                              kernel, Layout::kWarpRow1, with the paired add: 0 never, they
 //                              take the several-row kernel and its float add; 1 in every grid;
@@ -103,6 +107,7 @@ struct Switches {
   int tile_prefetch = -1;  // -1: from the table (one CTA per SM at most, or streams over 1 GiB)
   int hints = -1;          // -1: from the table (plain where the call's bytes fit in L2)
   int row1 = -1;           // -1: from the table (at most 3 rows per SM)
+  int demote_pct = -1;     // -1: the launcher's default (two waves)
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -136,6 +141,7 @@ const Switches& switches() {
       s.tile_prefetch = std::clamp(tune_value(spec, "tiles", -1), -1, 1);
       s.hints = std::clamp(tune_value(spec, "hints", -1), -1, 1);
       s.row1 = std::clamp(tune_value(spec, "row1", -1), -1, 1);
+      s.demote_pct = std::clamp(tune_value(spec, "demote", -1), -1, 1000);
     }
     return s;
   }();
@@ -287,6 +293,8 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // per row and stream) lost 3-7% with it (2048 x 32768: 173.85 µs against 162.51 without; v5).
   const bool prefetch_ok = dev.major >= 9 && c.shape.cluster == 1 && c.shape.ntiles == 1;
   c.prefetch_pct = prefetch_ok ? sw.prefetch_pct : 0;
+  // Block-scale lines kept in L2 until full (sm_90+; the launcher's rule: launch_one).
+  c.demote_pct = dev.major >= 9 ? sw.demote_pct : 0;
   // L2 prefetch of a slice's later tiles: where each SM runs at most one CTA (rows of several
   // tiles are one CTA per slice), so that the grid's time is one CTA's chain of latencies (bf16
   // 132 x 32768: 11.50 -> 10.40 µs, 96 x 32768 10.09 -> 9.50; v16), and in grids whose streams

@@ -259,6 +259,51 @@ __device__ __forceinline__ void prefetch_to_l2(const void* p, uint32_t bytes) {
 #endif
 }
 
+// Block-scale lines in L2 (benchmarks/NOTES.md, v26). With column-major block scales, one
+// 128-byte line of a scale column holds 32 rows' scales, written 4 bytes at a time by up to 32
+// CTAs over the grid's run. Kept in L2 until full (an evict_last policy on the scale stores)
+// the op is 1-3% faster at large M (v7), but lines left evict_last after the op slowed the
+// kernels after it by 5-9% (v7, v24). So the launcher (TileShape::scale_keep_rows,
+// scale_demote_rows) has the rows of all but the last two waves store their scales with
+// evict_last, and the row two waves further on (the line's rows long done) demote each full
+// line to evict_normal: no line stays evict_last after the op. In the hinted 4-vector kernels
+// of one-CTA rows only (the deep grids'); elsewhere plain stores.
+template <int VPT, Layout L, bool HINTED>
+constexpr bool scale_line_policy() {
+  return VPT == 4 && HINTED && L != Layout::kClusterSlices;
+}
+
+// The L2 policy of a CTA's block-scale stores: evict_last (keep) or evict_normal (a plain
+// store's); uniform per CTA, so that every CTA runs one store form.
+__device__ __forceinline__ uint64_t scale_store_policy(bool keep) {
+  uint64_t last = 0, normal = 0;
+#if FP8NORM_SM90
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(last));
+  asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(normal));
+#endif
+  return keep ? last : normal;
+}
+
+__device__ __forceinline__ void store_scale(float* p, float value, uint64_t policy) {
+#if FP8NORM_SM90
+  asm volatile(
+      "{\n .reg .b64 ga;\n cvta.to.global.u64 ga, %0;\n"
+      " st.global.L2::cache_hint.f32 [ga], %1, %2;\n}" ::"l"(p), "f"(value), "l"(policy) : "memory");
+#else
+  *p = value;
+#endif
+}
+
+// If `demote`, the 128-byte line at `line` (a global address, 128-byte aligned) goes back to
+// evict_normal in L2 (no-op if absent); predicated, not branched.
+__device__ __forceinline__ void demote_line_if(bool demote, uintptr_t line) {
+#if FP8NORM_SM90
+  asm volatile(
+      "{\n .reg .pred q;\n .reg .b64 ga;\n setp.ne.b32 q, %1, 0;\n cvta.to.global.u64 ga, %0;\n"
+      " @q applypriority.global.L2::evict_normal [ga], 128;\n}" ::"l"(line), "r"(static_cast<int>(demote)) : "memory");
+#endif
+}
+
 __device__ __forceinline__ unsigned cluster_rank() {
   unsigned r = 0;
 #if FP8NORM_SM90
@@ -376,6 +421,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   // at most 3 rows per SM (128 x 16384 5.60 -> 5.36 µs), and this kernel above (512 x 5120:
   // 6.36 µs with the paired add, 6.00 without; launch_config, v22).
   constexpr bool kPairedAdd = HINTED || L != Layout::kWarpRows || VPT != 4;
+  constexpr bool kScaleLines = FP8NORM_SM90 && scale_line_policy<VPT, L, HINTED>();
 
   // Shared memory: red[rows_per_cta][kMaxWarpsPerRow], cluster_red[kMaxCluster], the mbarrier,
   // the stash (reduction_smem_bytes).
@@ -535,6 +581,18 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   }
   const float rstd = rstd_from_sum_of_squares_device(sum_sq, s.inv_hidden, a.eps);
 
+  // Block-scale lines (scale_line_policy): this CTA's store policy, and whether this row
+  // demotes the line of rows row - demote - 31 .. row - demote (one per column; the launcher
+  // sets scale_keep_rows only where a line is rows 32k .. 32k + 31 of one column, and keeps
+  // both counts multiples of 32).
+  [[maybe_unused]] uint64_t scale_policy = 0;
+  [[maybe_unused]] bool demoter = false;
+  if constexpr (kScaleLines) {
+    const int64_t cta_last_row = static_cast<int64_t>(cluster_index()) * blockDim.y + blockDim.y - 1;
+    scale_policy = scale_store_policy(cta_last_row < s.scale_keep_rows);
+    demoter = (row & 31) == 31 && row >= s.scale_demote_rows && row - s.scale_demote_rows < s.scale_keep_rows;
+  }
+
   // Pass 2: the last tile is still in registers; earlier tiles come back from the stash (or,
   // without one, from the residual / input just read: a same-thread read-after-write).
   for (int t = s.ntiles - 1; t >= 0; --t) {
@@ -593,7 +651,15 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
       }
       if (valid) {
         store_fp8<ALIGNED, VEC, kOnce>(vec_at<VEC>(out, v), words);
-        if (tx % LPB == 0) scale_row[(v / LPB) * a.scale_stride_col] = scale;
+        if (tx % LPB == 0) {
+          float* p = scale_row + (v / LPB) * a.scale_stride_col;
+          if constexpr (kScaleLines) {
+            store_scale(p, scale, scale_policy);
+            demote_line_if(demoter, reinterpret_cast<uintptr_t>(p) - (s.scale_demote_rows + 31) * sizeof(float));
+          } else {
+            *p = scale;
+          }
+        }
       }
     }
   }
@@ -689,6 +755,26 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
                           : ctas <= 2 * resident ? 100
                                                  : 25;
       shape.prefetch_ctas = pct == 0 ? 0 : static_cast<int>(std::max<int64_t>(1, resident * pct / 100));
+    }
+  }
+  // Block-scale lines kept in L2 until full (scale_line_policy): where each 128-byte line of
+  // the scale columns is rows 32k .. 32k + 31 of one column, rows below M - D store with
+  // evict_last and row r demotes the line of rows r - D - 31 .. r - D, D = two waves of rows by
+  // default (FP8NORM_TUNE=demote=P: P percent of a wave; 0: off). Same run, three passes (v26):
+  // 16384 x 8192 312.1 -> 306.1 µs, 16384 x 16384 631.1 -> 612.6, 16384 x 4096 156.8 -> 155.4,
+  // 8192 x 4096 80.7 -> 79.9; level at 32768 x 2048, 16384 x 1152 and grids of up to 4 waves;
+  // with 64 block_scale buffers in turn 1.1% faster, and a copy after the op as fast as after
+  // main's (no line left evict_last).
+  if constexpr (scale_line_policy<VPT, L, HINTED>()) {
+    const bool whole_lines = a.scale_stride_row == 1 && a.scale_stride_col % 32 == 0 &&
+                             reinterpret_cast<uintptr_t>(a.block_scale) % 128 == 0;
+    if (cfg.demote_pct != 0 && cfg.shape.cluster == 1 && whole_lines) {
+      const int64_t per_sm = ctas_per_sm(kernel, cfg.device, lc.blockDim.x * lc.blockDim.y, cfg.smem_bytes);
+      const int64_t wave_rows = per_sm * cfg.sms * cfg.rows_per_cta;
+      const int64_t pct = cfg.demote_pct > 0 ? cfg.demote_pct : 200;
+      const int64_t d = (std::max<int64_t>(1, wave_rows * pct / 100) + 31) / 32 * 32;
+      shape.scale_demote_rows = d;
+      shape.scale_keep_rows = std::max<int64_t>(0, (a.rows - d) / 32 * 32);
     }
   }
   C10_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, a, shape));

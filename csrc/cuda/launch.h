@@ -57,6 +57,10 @@ struct TileShape {
   bool release_early = true;  // PDL: let the next grid launch as soon as this one has started
   bool weight_in_pass1 = true;  // load the weight of the last tile with the row (1-vector
                                 // kernels; else in pass 2, after the reduction)
+  int64_t scale_keep_rows = 0;    // CTAs whose rows are all below this store their block
+                                  // scales with an L2 evict_last policy (scale_line_policy)
+  int64_t scale_demote_rows = 0;  // row r demotes the scale lines of rows r - this - 31 ..
+                                  // r - this to evict_normal
 };
 
 struct LaunchConfig {
@@ -70,6 +74,8 @@ struct LaunchConfig {
   int release = -1;       // PDL: 1 release the next grid at the start, 0 at exit, -1 by occupancy
   int device = 0;         // the CUDA device launched on, and its multiprocessors (for the
   int sms = 1;            // occupancy-based choices made at launch)
+  int demote_pct = 0;     // block-scale lines: rows kept evict_last until demoted this many
+                          // percent of a wave later (-1: the launcher's default; 0: off)
   int prefetch_pct = -1;  // L2 prefetch distance in percent of the CTAs resident at once (the
                           // launcher turns it into shape.prefetch_ctas; 0: off; -1: by the
                           // number of waves, off in the plain-access kernels)

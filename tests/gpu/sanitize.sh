@@ -15,9 +15,11 @@ status=0
 # dependent launch), memcheck also with the L2 prefetch of rows a few CTAs ahead in every grid,
 # up to 32 rows per CTA and the later tiles of a slice asked into L2 in every grid, with 64
 # threads per row slice and no stash (many tiles per slice, re-read from global memory), with
-# no decode split (rows of up to 1024 threads that load the weight after the reduction), and
+# no decode split (rows of up to 1024 threads that load the weight after the reduction),
 # with the weight after the reduction in every 1-vector kernel (clusters too) and the PDL
-# release at exit, and with plain (unhinted) accesses in every grid of aligned one-CTA rows;
+# release at exit, with plain (unhinted) accesses in every grid of aligned one-CTA rows, and
+# with hinted accesses in every grid and the block-scale line policy in short grids (scale
+# lines kept evict_last, demoted ~32 rows later: the 1024-row cases with whole-line columns);
 # racecheck also with plain accesses and 4 vectors per thread (the plain kernels' per-row
 # barriers: __syncwarp for rows of one warp, named barriers for rows of several).
 for tool in ${TOOLS:-memcheck racecheck initcheck synccheck}; do
@@ -25,7 +27,8 @@ for tool in ${TOOLS:-memcheck racecheck initcheck synccheck}; do
   case $tool in memcheck|racecheck) settings+=("FP8NORM_TUNE=cluster=3,vpt=1 FP8NORM_PDL=0") ;; esac
   case $tool in racecheck) settings+=("FP8NORM_TUNE=hints=0,vpt=4") ;; esac
   case $tool in memcheck) settings+=("FP8NORM_TUNE=prefetch=1,cta=1024,tiles=1" "FP8NORM_TUNE=threads=64,stash=0"
-                                    "FP8NORM_TUNE=slice=0" "FP8NORM_TUNE=weight=2,release=0" "FP8NORM_TUNE=hints=0") ;; esac
+                                    "FP8NORM_TUNE=slice=0" "FP8NORM_TUNE=weight=2,release=0" "FP8NORM_TUNE=hints=0"
+                                    "FP8NORM_TUNE=hints=1,demote=1") ;; esac
   for setting in "${settings[@]}"; do
     echo "===== compute-sanitizer --tool $tool ${setting:-(default launch table)}" >> "$log"
     env $setting compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tests/gpu/sanitize_cases.py > "$out/.tool.log" 2>&1
