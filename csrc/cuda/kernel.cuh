@@ -265,7 +265,7 @@ __device__ __forceinline__ void prefetch_to_l2(const void* p, uint32_t bytes) {
 // the op is 1-3% faster at large M (v7), but lines left evict_last after the op slowed the
 // kernels after it by 5-9% (v7, v24). So the launcher (TileShape::scale_keep_rows,
 // scale_demote_rows) has the rows of all but the last two waves store their scales with
-// evict_last, and the row two waves further on (the line's rows long done) demote each full
+// evict_last, and the row two waves further on (the line's rows long done) demotes each full
 // line to evict_normal: no line stays evict_last after the op. In the hinted 4-vector kernels
 // of one-CTA rows only (the deep grids'); elsewhere plain stores.
 template <int VPT, Layout L, bool HINTED>
@@ -760,11 +760,12 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
   // Block-scale lines kept in L2 until full (scale_line_policy): where each 128-byte line of
   // the scale columns is rows 32k .. 32k + 31 of one column, rows below M - D store with
   // evict_last and row r demotes the line of rows r - D - 31 .. r - D, D = two waves of rows by
-  // default (FP8NORM_TUNE=demote=P: P percent of a wave; 0: off). Same run, three passes (v26):
-  // 16384 x 8192 312.1 -> 306.1 µs, 16384 x 16384 631.1 -> 612.6, 16384 x 4096 156.8 -> 155.4,
-  // 8192 x 4096 80.7 -> 79.9; level at 32768 x 2048, 16384 x 1152 and grids of up to 4 waves;
-  // with 64 block_scale buffers in turn 1.1% faster, and a copy after the op as fast as after
-  // main's (no line left evict_last).
+  // default (FP8NORM_TUNE=demote=P: P percent of a wave; 0: off). Same binary against demote=0,
+  // three passes (v26): 16384 x 16384 627.5 -> 610.6 µs, 16384 x 7168 272.7 -> 266.9, 32768 x
+  // 4096 307.5 -> 301.6 (1.6-2.7% at M >= 16384, H 4096..16384), 0.7-1.4% at 16384 x 1152 /
+  // 2048 / 32768, 32768 x 2048 and 8192 x 4096, level in grids of up to four waves; with 64
+  // block_scale buffers in turn 1.2% faster, and a copy after the op as fast as without the
+  // policy (no line left evict_last; v24's demotion by the line's own last row left them).
   if constexpr (scale_line_policy<VPT, L, HINTED>()) {
     const bool whole_lines = a.scale_stride_row == 1 && a.scale_stride_col % 32 == 0 &&
                              reinterpret_cast<uintptr_t>(a.block_scale) % 128 == 0;
