@@ -174,7 +174,7 @@ def main(argv=None):
     p.add_argument("--skip-eager", action="store_true")
     p.add_argument("--skip-compile", action="store_true")
     p.add_argument("--json", default=None, help="write the results to this path")
-    p.add_argument("--plot", default=None, help="write a PNG: % of copy bandwidth vs M, one line per H")
+    p.add_argument("--plot", default=None, help="write a PNG: %% of copy bandwidth vs M, one line per H")
     p.add_argument("--from-json", default=None, help="plot/print an earlier --json file instead of measuring")
     p.add_argument("--compile-from", default=None,
                    help="with --from-json: take the torch.compile columns from this other run's JSON "
