@@ -726,8 +726,14 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
   lc.attrs = attrs;
   lc.numAttrs = n;
   TileShape shape = cfg.shape;
+  // CTAs per SM, looked up (once) only where a rule below needs it.
+  int64_t per_sm_cached = 0;
+  auto per_sm_of_kernel = [&] {
+    if (per_sm_cached == 0) per_sm_cached = ctas_per_sm(kernel, cfg.device, lc.blockDim.x * lc.blockDim.y, cfg.smem_bytes);
+    return per_sm_cached;
+  };
   if (cfg.pdl || cfg.prefetch_pct != 0) {
-    const int64_t per_sm = ctas_per_sm(kernel, cfg.device, lc.blockDim.x * lc.blockDim.y, cfg.smem_bytes);
+    const int64_t per_sm = per_sm_of_kernel();
     const int64_t sms = cfg.sms;
     const int64_t resident = per_sm * sms;
     // PDL: release the next grid at the start, unless this grid is one wave that takes more
@@ -769,9 +775,8 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
   if constexpr (scale_line_policy<VPT, L, HINTED>()) {
     const bool whole_lines = a.scale_stride_row == 1 && a.scale_stride_col % 32 == 0 &&
                              reinterpret_cast<uintptr_t>(a.block_scale) % 128 == 0;
-    if (cfg.demote_pct != 0 && cfg.shape.cluster == 1 && whole_lines) {
-      const int64_t per_sm = ctas_per_sm(kernel, cfg.device, lc.blockDim.x * lc.blockDim.y, cfg.smem_bytes);
-      const int64_t wave_rows = per_sm * cfg.sms * cfg.rows_per_cta;
+    if (cfg.demote_pct != 0 && whole_lines) {  // one-CTA rows: scale_line_policy has no clusters
+      const int64_t wave_rows = per_sm_of_kernel() * cfg.sms * cfg.rows_per_cta;
       const int64_t pct = cfg.demote_pct > 0 ? cfg.demote_pct : 200;
       const int64_t d = (std::max<int64_t>(1, wave_rows * pct / 100) + 31) / 32 * 32;
       shape.scale_demote_rows = d;
