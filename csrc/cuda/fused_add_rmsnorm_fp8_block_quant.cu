@@ -288,12 +288,9 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   c.device = dev.device;
   c.sms = dev.sms;
   c.shape.inv_hidden = 1.0 / static_cast<double>(hidden);
-  // L2 prefetch of later rows (the distance is set at launch, from the occupancy): one CTA per
-  // row group, and by default rows of one tile only. Rows of several tiles (H = 32768 / 65536 in
-  // bf16: 64-128 KiB per row and stream) lost 3-7% with it (2048 x 32768: 173.85 µs against
-  // 162.51 without; v5, half a wave ahead); FP8NORM_TUNE=prefetch=P still applies to them.
-  const bool prefetch_ok =
-      dev.major >= 9 && c.shape.cluster == 1 && (c.shape.ntiles == 1 || sw.prefetch_pct > 0);
+  // L2 prefetch of later rows (the distance is set at launch, from the occupancy and the tiles
+  // per row: launch_one): one CTA per row group.
+  const bool prefetch_ok = dev.major >= 9 && c.shape.cluster == 1;
   c.prefetch_pct = prefetch_ok ? sw.prefetch_pct : 0;
   // Block-scale lines kept in L2 until full (sm_90+; the launcher's rule: launch_one).
   c.demote_pct = dev.major >= 9 ? sw.demote_pct : 0;

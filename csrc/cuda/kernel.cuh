@@ -492,9 +492,9 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
           if constexpr (HAS_RES) prefetch_to_l2(static_cast<const T*>(a.residual) + ahead * a.residual_stride, bytes);
         }
       } else if (active && v_begin + tile_vecs < v_end) {
-        // The slice's later tiles, asked into L2 now (the launch table's choice; never with the
-        // row prefetch, which needs slices of one tile): their loads then wait for L2, not DRAM,
-        // after the first tile has been added and stored.
+        // The slice's later tiles, asked into L2 now (the launch table's choice; not with the
+        // row prefetch, which has asked for them a row earlier): their loads then wait for L2,
+        // not DRAM, after the first tile has been added and stored.
         const uint32_t bytes = static_cast<uint32_t>(v_end - v_begin - tile_vecs) * 16u;
         prefetch_to_l2(vec_at<VEC>(in, v_begin + tile_vecs), bytes);
         if constexpr (HAS_RES) prefetch_to_l2(vec_at<VEC>(res, v_begin + tile_vecs), bytes);
@@ -752,13 +752,18 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
     // 30.78 -> 29.90, 4096 x 4096 41.65 -> 40.61, level at six waves and more; v25); off for
     // plain accesses, which the table picks where the call's rows are still in L2 from the last
     // call (4096 x 1152 11.30 -> 10.33 µs, 3072 x 2048 14.56 -> 13.41, level at the window's
-    // other shapes; v19); FP8NORM_TUNE=prefetch=P: P percent of a wave (0: off; the launch
-    // table sets 0 where the prefetch does not apply). benchmarks/NOTES.md has each step.
+    // other shapes; v19). Rows of several tiles (bf16 H = 32768: 64 KiB per row and stream)
+    // only beyond two waves: a quarter of a wave ahead, 8192 x 32768 636.7 -> 617.6 µs, 16384 x
+    // 32768 1275.8 -> 1227.8, 32768 x 32768 2478 -> 2460 (in place of the tile prefetch), level
+    // at 2048 x 32768; half a wave ahead 2-5% slower than none (v27; v5: 2048 x 32768 173.85
+    // against 162.51 µs half a wave ahead). FP8NORM_TUNE=prefetch=P: P percent of a wave (0:
+    // off; the launch table sets 0 where the prefetch does not apply). benchmarks/NOTES.md has
+    // each step.
     if (cfg.prefetch_pct != 0) {
       const int64_t pct = cfg.prefetch_pct > 0 ? cfg.prefetch_pct
                           : !HINTED            ? 0
                           : ctas <= resident   ? 0  // one wave: every row is read at the start
-                          : ctas <= 2 * resident ? 100
+                          : ctas <= 2 * resident ? (cfg.shape.ntiles == 1 ? 100 : 0)
                                                  : 25;
       shape.prefetch_ctas = pct == 0 ? 0 : static_cast<int>(std::max<int64_t>(1, resident * pct / 100));
     }
