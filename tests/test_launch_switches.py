@@ -3,8 +3,7 @@ switches (FP8NORM_PDL, FP8NORM_TUNE; read once per process, so each setting runs
 interpreter): clusters of 2..8 CTAs per row with even and uneven slices, several tiles per
 slice with and without the shared-memory stash, 1 and 4 vectors per thread, rows in whole
 warps or in half-warps, the weight loaded in pass 1 or 2, launches without programmatic
-dependent launch or with the next grid released at exit, the L2 prefetch of later rows (with
-clusters: each CTA its slice of a later row), the
+dependent launch or with the next grid released at exit, the L2 prefetch of later rows, the
 L2 prefetch of a slice's later tiles in every grid, plain (unhinted) or cache-hinted
 accesses in every grid, one-row CTAs in their own kernel or in the several-row one, and the
 block-scale stores with the L2 line policy (evict_last, then demoted) in a short grid or without it.
@@ -32,7 +31,6 @@ SWITCHES = [
     {"FP8NORM_TUNE": "cta=1024"},                # up to 32 rows per CTA (last CTA partly idle)
     {"FP8NORM_TUNE": "prefetch=1"},              # L2 prefetch of the rows a few CTAs ahead
     {"FP8NORM_TUNE": "cta=1024,prefetch=1"},     # ... with rows past M in the last CTA
-    {"FP8NORM_TUNE": "cluster=3,prefetch=1"},    # ... each CTA of a cluster its (uneven) slice
     {"FP8NORM_TUNE": "half=0"},                  # rows in whole warps only (no half-warp rows)
     {"FP8NORM_TUNE": "threads=64"},              # many tiles per slice, idle lanes in short rows
     {"FP8NORM_TUNE": "weight=1"},                # weight with the row in pass 1 (1024-thread rows too)

@@ -289,8 +289,8 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   c.sms = dev.sms;
   c.shape.inv_hidden = 1.0 / static_cast<double>(hidden);
   // L2 prefetch of later rows (the distance is set at launch, from the occupancy and the tiles
-  // per row: launch_one); with a cluster, each CTA asks for its slice of a later row.
-  const bool prefetch_ok = dev.major >= 9;
+  // per row: launch_one): one CTA per row group.
+  const bool prefetch_ok = dev.major >= 9 && c.shape.cluster == 1;
   c.prefetch_pct = prefetch_ok ? sw.prefetch_pct : 0;
   // Block-scale lines kept in L2 until full (sm_90+; the launcher's rule: launch_one).
   c.demote_pct = dev.major >= 9 ? sw.demote_pct : 0;

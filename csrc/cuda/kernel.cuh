@@ -477,8 +477,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
 
   // Rows further on (a later CTA's, `s.prefetch_ctas` CTAs ahead: the CTA that will run on an SM
   // when this one is done) are asked into L2 now, so that DRAM keeps streaming while the rows
-  // in flight are reduced and written (one thread per row; 0: off). With a cluster, the row
-  // `s.prefetch_ctas` clusters ahead, each CTA its own slice of it.
+  // in flight are reduced and written (one thread per row; 0: off; one CTA per row group only).
   // Both prefetches behind one branch, the second as the first's else: written as two tests,
   // ptxas predicated the tile prefetch's body (and the loops that move each address into a
   // uniform register) in every warp, ~35 instructions before the first load of every aligned
@@ -488,13 +487,9 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
       if (s.prefetch_ctas > 0) {
         const int64_t ahead = row + static_cast<int64_t>(s.prefetch_ctas) * blockDim.y;
         if (ahead < a.rows) {
-          const int64_t first = CLUSTER ? static_cast<int64_t>(v_begin) * VEC : 0;
-          const uint32_t bytes = CLUSTER ? static_cast<uint32_t>(v_end - v_begin) * 16u
-                                         : static_cast<uint32_t>(a.hidden * sizeof(T));
-          prefetch_to_l2(static_cast<const T*>(a.input) + ahead * a.input_stride + first, bytes);
-          if constexpr (HAS_RES) {
-            prefetch_to_l2(static_cast<const T*>(a.residual) + ahead * a.residual_stride + first, bytes);
-          }
+          const uint32_t bytes = static_cast<uint32_t>(a.hidden * sizeof(T));
+          prefetch_to_l2(static_cast<const T*>(a.input) + ahead * a.input_stride, bytes);
+          if constexpr (HAS_RES) prefetch_to_l2(static_cast<const T*>(a.residual) + ahead * a.residual_stride, bytes);
         }
       } else if (active && v_begin + tile_vecs < v_end) {
         // The slice's later tiles, asked into L2 now (the launch table's choice; not with the
@@ -770,9 +765,7 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
                           : ctas <= resident   ? 0  // one wave: every row is read at the start
                           : ctas <= 2 * resident ? (cfg.shape.ntiles == 1 ? 100 : 0)
                                                  : 25;
-      // In CTAs, or with a cluster in clusters (rows) ahead.
-      shape.prefetch_ctas =
-          pct == 0 ? 0 : static_cast<int>(std::max<int64_t>(1, resident * pct / 100 / cfg.shape.cluster));
+      shape.prefetch_ctas = pct == 0 ? 0 : static_cast<int>(std::max<int64_t>(1, resident * pct / 100));
     }
   }
   // Block-scale lines kept in L2 until full (scale_line_policy): where each 128-byte line of

@@ -51,8 +51,7 @@ struct TileShape {
   bool smem_stash = false;  // keep the tiles of a multi-tile slice in shared memory
   double inv_hidden = 0.0;  // 1.0 / H (for the mean of the squares, off the critical path)
   int prefetch_ctas = 0;    // ask L2 for the input and residual rows of the CTA this many CTAs
-                            // ahead, or with a cluster this CTA's slice of the row this many
-                            // clusters ahead (0: off; aligned rows only)
+                            // ahead (0: off; cluster == 1 only; aligned rows only)
   bool prefetch_tiles = false;  // ask L2 for the later tiles of this CTA's slice at its start
                                 // (ntiles > 1; aligned rows only)
   bool release_early = true;  // PDL: let the next grid launch as soon as this one has started

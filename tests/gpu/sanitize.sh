@@ -19,8 +19,7 @@ status=0
 # with the weight after the reduction in every 1-vector kernel (clusters too) and the PDL
 # release at exit, with plain (unhinted) accesses in every grid of aligned one-CTA rows, and
 # with hinted accesses in every grid and the block-scale line policy in short grids (scale
-# lines kept evict_last, demoted ~32 rows later: the 1024-row cases with whole-line columns),
-# and with clusters of 3 CTAs (uneven slices) that each ask L2 for their slice of a later row;
+# lines kept evict_last, demoted ~32 rows later: the 1024-row cases with whole-line columns);
 # racecheck also with plain accesses and 4 vectors per thread (the plain kernels' per-row
 # barriers: __syncwarp for rows of one warp, named barriers for rows of several).
 for tool in ${TOOLS:-memcheck racecheck initcheck synccheck}; do
@@ -29,7 +28,7 @@ for tool in ${TOOLS:-memcheck racecheck initcheck synccheck}; do
   case $tool in racecheck) settings+=("FP8NORM_TUNE=hints=0,vpt=4") ;; esac
   case $tool in memcheck) settings+=("FP8NORM_TUNE=prefetch=1,cta=1024,tiles=1" "FP8NORM_TUNE=threads=64,stash=0"
                                     "FP8NORM_TUNE=slice=0" "FP8NORM_TUNE=weight=2,release=0" "FP8NORM_TUNE=hints=0"
-                                    "FP8NORM_TUNE=hints=1,demote=1" "FP8NORM_TUNE=cluster=3,prefetch=1") ;; esac
+                                    "FP8NORM_TUNE=hints=1,demote=1") ;; esac
   for setting in "${settings[@]}"; do
     echo "===== compute-sanitizer --tool $tool ${setting:-(default launch table)}" >> "$log"
     env $setting compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tests/gpu/sanitize_cases.py > "$out/.tool.log" 2>&1
