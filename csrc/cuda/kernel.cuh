@@ -753,18 +753,20 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
     // plain accesses, which the table picks where the call's rows are still in L2 from the last
     // call (4096 x 1152 11.30 -> 10.33 µs, 3072 x 2048 14.56 -> 13.41, level at the window's
     // other shapes; v19). Rows of several tiles (bf16 H = 32768: 64 KiB per row and stream)
-    // only beyond two waves: a quarter of a wave ahead, 8192 x 32768 636.7 -> 617.6 µs, 16384 x
-    // 32768 1275.8 -> 1227.8, 32768 x 32768 2478 -> 2460 (in place of the tile prefetch), level
-    // at 2048 x 32768; half a wave ahead 2-5% slower than none (v27; v5: 2048 x 32768 173.85
-    // against 162.51 µs half a wave ahead). FP8NORM_TUNE=prefetch=P: P percent of a wave (0:
-    // off; the launch table sets 0 where the prefetch does not apply). benchmarks/NOTES.md has
-    // each step.
+    // only beyond eight waves, a quarter of a wave ahead: 4096 x 32768 316.6 -> 313.5 µs, 8192 x
+    // 32768 636.7 -> 617.6, 16384 x 32768 1275.8 -> 1227.8, 32768 x 32768 2478 -> 2460 (in place
+    // of the tile prefetch), float32 16384 x 16384 1172.7 -> 1149.1; level at 2048 x 32768 (7.8
+    // waves), 1.4-2.4% slower at 600 / 1024 x 32768 (2.3 / 3.9 waves); half a wave ahead
+    // 1.5-4.7% slower than none (v27). FP8NORM_TUNE=prefetch=P: P percent of a wave (0: off; the
+    // launch table sets 0 where the prefetch does not apply). benchmarks/NOTES.md has each step.
     if (cfg.prefetch_pct != 0) {
-      const int64_t pct = cfg.prefetch_pct > 0 ? cfg.prefetch_pct
-                          : !HINTED            ? 0
-                          : ctas <= resident   ? 0  // one wave: every row is read at the start
-                          : ctas <= 2 * resident ? (cfg.shape.ntiles == 1 ? 100 : 0)
-                                                 : 25;
+      const bool tiles = cfg.shape.ntiles > 1;
+      const int64_t pct = cfg.prefetch_pct > 0   ? cfg.prefetch_pct
+                          : !HINTED              ? 0
+                          : ctas <= resident     ? 0  // one wave: every row is read at the start
+                          : ctas <= 2 * resident ? (tiles ? 0 : 100)
+                          : tiles && ctas <= 8 * resident ? 0
+                                                          : 25;
       shape.prefetch_ctas = pct == 0 ? 0 : static_cast<int>(std::max<int64_t>(1, resident * pct / 100));
     }
   }
