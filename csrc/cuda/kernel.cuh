@@ -756,7 +756,7 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
     // only beyond eight waves, a quarter of a wave ahead: 4096 x 32768 316.6 -> 313.5 µs, 8192 x
     // 32768 636.7 -> 617.6, 16384 x 32768 1275.8 -> 1227.8, 32768 x 32768 2478 -> 2460 (in place
     // of the tile prefetch), float32 16384 x 16384 1172.7 -> 1149.1; level at 2048 x 32768 (7.8
-    // waves), 1.4-2.4% slower at 600 / 1024 x 32768 (2.3 / 3.9 waves); half a wave ahead
+    // waves), 1.5-2.5% slower at 600 / 1024 x 32768 (2.3 / 3.9 waves); half a wave ahead
     // 1.5-4.7% slower than none (v27). FP8NORM_TUNE=prefetch=P: P percent of a wave (0: off; the
     // launch table sets 0 where the prefetch does not apply). benchmarks/NOTES.md has each step.
     if (cfg.prefetch_pct != 0) {
