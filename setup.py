@@ -61,7 +61,9 @@ sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")) + glob.glob(os.path.jo
 # -fopenmp: at::parallel_for is inline; without it the CPU kernel runs on one thread.
 # -fno-trapping-math: lets GCC compute both sides of a select (the CPU kernel's branch-free fp8
 # conversion) and vectorize; it changes no result (no reassociation, no fast-math).
-extra = {"cxx": ["-O3", "-fopenmp", "-fno-trapping-math"]}
+# -ffp-contract=off: no a * b + c fused into one FMA (GCC's default for C++ allows it), which
+# would change results in the CPU kernel's AVX2 / AVX-512 builds (csrc/cpu).
+extra = {"cxx": ["-O3", "-fopenmp", "-fno-trapping-math", "-ffp-contract=off"]}
 ext_cls = CppExtension
 if use_cuda:
     ext_cls = CUDAExtension

@@ -1,0 +1,70 @@
+"""The CPU kernel under each instruction set it is built for (FP8NORM_CPU_ISA=baseline, avx2,
+avx512; read once per process, so each runs the CPU contract tests in a fresh interpreter), and
+a clear error for a value that names none or an instruction set the CPU lacks."""
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# The CPU features of x86-64-v3 (the avx2 build) and x86-64-v4 (avx512), as /proc/cpuinfo names them.
+V3 = {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}
+V4 = V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
+NEEDS = {"baseline": set(), "avx2": V3, "avx512": V4}
+# One CPU call of the op (the instruction set is chosen, and FP8NORM_CPU_ISA checked, at the first).
+ONE_CALL = ("import torch, torch_fp8norm\n"
+            "x = torch.randn(2, 128)\n"
+            "torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x, x.clone(), torch.ones(128))\n")
+
+
+def cpu_flags():
+    """The CPU's feature flags from /proc/cpuinfo, or None where there is none."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+def run_with_isa(isa, args):
+    env = {**os.environ, "FP8NORM_CPU_ISA": isa}
+    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=600,
+                          cwd=os.path.dirname(HERE))
+
+
+@pytest.mark.parametrize("isa", sorted(NEEDS))
+def test_cpu_contract_under_isa(isa):
+    if isa != "baseline":
+        flags = cpu_flags()
+        if platform.machine() not in ("x86_64", "AMD64") or flags is None:
+            pytest.skip("an x86-64 Linux CPU is needed to know whether it has " + isa)
+        missing = NEEDS[isa] - flags
+        if missing:
+            pytest.skip(f"this CPU lacks {sorted(missing)}")
+    proc = run_with_isa(isa, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_contract.py", "-k", "cpu"])
+    assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("value, message", [
+    ("sse9", "FP8NORM_CPU_ISA must be baseline, avx2 or avx512, got 'sse9'"),
+])
+def test_cpu_isa_unknown(value, message):
+    proc = run_with_isa(value, ["-c", ONE_CALL])
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-3000:]
+
+
+def test_cpu_isa_beyond_the_cpu():
+    flags = cpu_flags()
+    if flags is None or platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("an x86-64 Linux CPU is needed to know what it lacks")
+    if V4 <= flags:
+        pytest.skip("this CPU has every instruction set the kernel is built for")
+    proc = run_with_isa("avx512", ["-c", ONE_CALL])
+    assert proc.returncode != 0 and "FP8NORM_CPU_ISA=avx512, but this CPU and build support at most" in proc.stderr, \
+        proc.stderr[-3000:]
