@@ -109,7 +109,7 @@ const char* isa_name(Isa isa) {
 // (README, "Environment variables"): decided once per process.
 Isa cpu_isa() {
   static const Isa isa = [] {
-    Isa best = Isa::kBaseline;
+    Isa best = Isa::kBaseline;  // of the CPU, among those this build has
 #if FP8NORM_CPU_X86_ISAS
     __builtin_cpu_init();
     if (__builtin_cpu_supports("x86-64-v4")) {
@@ -129,8 +129,11 @@ Isa cpu_isa() {
     } else {
       TORCH_CHECK(want == "baseline", "fp8norm: FP8NORM_CPU_ISA must be baseline, avx2 or avx512, got '", want, "'");
     }
-    TORCH_CHECK(chosen <= best, "fp8norm: FP8NORM_CPU_ISA=", want,
-                ", but this CPU and build support at most ", isa_name(best));
+    TORCH_CHECK(FP8NORM_CPU_X86_ISAS || chosen == Isa::kBaseline, "fp8norm: FP8NORM_CPU_ISA=", want,
+                ", but this build has the baseline kernel only (avx2 and avx512 are built on x86-64 by "
+                "GCC 12 or later)");
+    TORCH_CHECK(chosen <= best, "fp8norm: FP8NORM_CPU_ISA=", want, ", but this CPU supports at most ",
+                isa_name(best));
     return chosen;
   }();
   return isa;
