@@ -4,7 +4,6 @@
 // The loops are written for the compiler to vectorize; on x86-64 (GCC) they are compiled for
 // three instruction sets and the CPU picks one at the first call (cpu_isa).
 #include <ATen/ATen.h>
-#include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
@@ -165,15 +164,23 @@ void run(const RowArgs& a) {
   });
 }
 
+// The activation dtypes the ops accept (prepare() has checked): no kernels for others.
 void dispatch(const RowArgs& a, at::ScalarType dtype) {
   if (a.rows == 0) return;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "fp8norm_cpu", [&] {
+  auto with_weight = [&](auto t) {
+    using T = decltype(t);
     if (a.weight_is_float) {
-      run<scalar_t, float>(a);
+      run<T, float>(a);
     } else {
-      run<scalar_t, scalar_t>(a);
+      run<T, T>(a);
     }
-  });
+  };
+  switch (dtype) {
+    case at::kBFloat16: with_weight(c10::BFloat16{}); break;
+    case at::kHalf: with_weight(c10::Half{}); break;
+    case at::kFloat: with_weight(float{}); break;
+    default: TORCH_CHECK(false, "fp8norm: unsupported dtype ", dtype);
+  }
 }
 
 void fused_add_rmsnorm_fp8_block_quant_out_cpu(const at::Tensor& input, const at::Tensor& residual,
