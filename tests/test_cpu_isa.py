@@ -1,6 +1,6 @@
 """The CPU kernel under each instruction set it is built for (FP8NORM_CPU_ISA=baseline, avx2,
 avx512; read once per process, so each runs the CPU contract tests in a fresh interpreter), and
-a clear error for a value that names none or an instruction set the CPU lacks."""
+a clear error for a value that names none, or an instruction set the CPU or the build lacks."""
 import os
 import platform
 import re
@@ -66,12 +66,10 @@ def test_cpu_contract_under_isa(isa):
     assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
-@pytest.mark.parametrize("value, message", [
-    ("sse9", "FP8NORM_CPU_ISA must be baseline, avx2 or avx512, got 'sse9'"),
-])
-def test_cpu_isa_unknown(value, message):
-    proc = run_with_isa(value, ["-c", ONE_CALL])
-    assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-3000:]
+def test_cpu_isa_unknown():
+    proc = run_with_isa("sse9", ["-c", ONE_CALL])
+    assert proc.returncode != 0 and "FP8NORM_CPU_ISA must be baseline, avx2 or avx512, got 'sse9'" in proc.stderr, \
+        proc.stderr[-3000:]
 
 
 def test_cpu_isa_beyond_the_cpu():
