@@ -34,9 +34,61 @@ inline uint8_t fp8e4m3fn_saturating(float q) {
   return static_cast<uint8_t>(r | sign);
 }
 
+// The AVX2 / AVX-512 builds of the kernel (cpu_isa, below) exist on x86-64 with GCC 12 or later.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && defined(__x86_64__)
+#define FP8NORM_CPU_X86_ISAS 1
+#include <immintrin.h>
+#else
+#define FP8NORM_CPU_X86_ISAS 0
+#endif
+
+// One 1x128 block between a storage type and float: to_float (exact), round (f = float(T(f)):
+// to nearest even) and store (f already a T's value). Loops the compiler vectorizes; float16 in
+// the AVX2 / AVX-512 builds (F16C) by the conversion instructions, 8 values each: with
+// c10::Half's portable conversions float16 was 2.2x slower than bf16 there (1024 x 4096: 5.2 ms,
+// now 2.9; benchmarks/NOTES.md). The same values (NaN stays NaN, its payload may differ).
+template <typename T, bool F16C>
+struct Block {
+  static C10_ALWAYS_INLINE void to_float(const T* p, float* f) {
+    for (int j = 0; j < kBlock; ++j) f[j] = static_cast<float>(p[j]);
+  }
+  static C10_ALWAYS_INLINE void round(float* f) {
+    for (int j = 0; j < kBlock; ++j) f[j] = static_cast<float>(static_cast<T>(f[j]));
+  }
+  static C10_ALWAYS_INLINE void store(T* p, const float* f) {
+    for (int j = 0; j < kBlock; ++j) p[j] = static_cast<T>(f[j]);
+  }
+};
+#if FP8NORM_CPU_X86_ISAS
+// Own functions compiled with F16C (the inlined row_kernel has the default target, which cannot
+// inline them), called once per block, from the AVX2 / AVX-512 builds only.
+#define FP8NORM_F16C __attribute__((target("avx,f16c")))
+template <>
+struct Block<c10::Half, true> {
+  static FP8NORM_F16C void to_float(const c10::Half* p, float* f) {
+    for (int j = 0; j < kBlock; j += 8) {
+      _mm256_storeu_ps(f + j, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j))));
+    }
+  }
+  static FP8NORM_F16C void round(float* f) {
+    for (int j = 0; j < kBlock; j += 8) {
+      _mm256_storeu_ps(f + j, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(f + j), _MM_FROUND_TO_NEAREST_INT)));
+    }
+  }
+  static FP8NORM_F16C void store(c10::Half* p, const float* f) {
+    for (int j = 0; j < kBlock; j += 8) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(p + j),
+                       _mm256_cvtps_ph(_mm256_loadu_ps(f + j), _MM_FROUND_TO_NEAREST_INT));
+    }
+  }
+};
+#undef FP8NORM_F16C
+#endif
+
 // Inlined into each instruction set's rows_* function below, so that it is compiled for each.
-template <typename T, typename W>
+template <typename T, typename W, bool F16C>
 C10_ALWAYS_INLINE void row_kernel(const RowArgs& a, int64_t row) {
+  using B = Block<T, F16C>;
   const int64_t H = a.hidden;
   const T* in = static_cast<const T*>(a.input) + row * a.input_stride;
   T* res = a.residual ? static_cast<T*>(a.residual) + row * a.residual_stride : nullptr;
@@ -49,16 +101,14 @@ C10_ALWAYS_INLINE void row_kernel(const RowArgs& a, int64_t row) {
   // Simple loops over one 128-value block at a time, so that the compiler vectorizes them.
   constexpr int kLanes = 8;
   double acc[kLanes] = {};
-  float f[kBlock];
+  float f[kBlock], r[kBlock];
   for (int64_t base = 0; base < H; base += kBlock) {
+    B::to_float(in + base, f);
     if (res != nullptr) {
-      for (int j = 0; j < kBlock; ++j) {
-        f[j] = static_cast<float>(
-            static_cast<T>(static_cast<float>(in[base + j]) + static_cast<float>(res[base + j])));
-      }
-      for (int j = 0; j < kBlock; ++j) res[base + j] = static_cast<T>(f[j]);  // exact: f is a T
-    } else {
-      for (int j = 0; j < kBlock; ++j) f[j] = static_cast<float>(in[base + j]);
+      B::to_float(res + base, r);
+      for (int j = 0; j < kBlock; ++j) f[j] += r[j];
+      B::round(f);
+      B::store(res + base, f);
     }
     for (int j = 0; j < kBlock; j += kLanes) {
       for (int l = 0; l < kLanes; ++l) acc[l] += static_cast<double>(f[j + l] * f[j + l]);
@@ -70,16 +120,14 @@ C10_ALWAYS_INLINE void row_kernel(const RowArgs& a, int64_t row) {
   const T* s_row = res != nullptr ? res : in;
 
   // Pass 2, one 1x128 block at a time (the row is in cache now).
-  float g[kBlock];
+  float g[kBlock], wf[kBlock];
   for (int64_t b = 0; b < H / kBlock; ++b) {
     const int64_t base = b * kBlock;
-    for (int j = 0; j < kBlock; ++j) {
-      g[j] = static_cast<float>(static_cast<T>(
-          normalize(static_cast<float>(s_row[base + j]), rstd, static_cast<float>(w[base + j]))));
-    }
-    if (normed != nullptr) {
-      for (int j = 0; j < kBlock; ++j) normed[base + j] = static_cast<T>(g[j]);  // exact
-    }
+    B::to_float(s_row + base, g);
+    Block<W, F16C>::to_float(w + base, wf);
+    for (int j = 0; j < kBlock; ++j) g[j] = normalize(g[j], rstd, wf[j]);
+    B::round(g);
+    if (normed != nullptr) B::store(normed + base, g);
     uint32_t amax = 0;
     for (int j = 0; j < kBlock; ++j) amax = std::max(amax, abs_bits(g[j]));
     const float scale = block_scale_from_amax_bits(amax, a.ue8m0);
@@ -94,11 +142,6 @@ C10_ALWAYS_INLINE void row_kernel(const RowArgs& a, int64_t row) {
 // v4 out of the float arithmetic, and nothing is reassociated. bf16, M = 1024, H = 4096, 2 cores:
 // 6.3-7.6 ms baseline, 3.1-3.2 with AVX2, 2.2-2.3 with AVX-512 (benchmarks/NOTES.md, CPU kernel).
 enum class Isa { kBaseline, kAvx2, kAvx512 };
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && defined(__x86_64__)
-#define FP8NORM_CPU_X86_ISAS 1
-#else
-#define FP8NORM_CPU_X86_ISAS 0
-#endif
 
 const char* isa_name(Isa isa) {
   return isa == Isa::kAvx512 ? "avx512" : isa == Isa::kAvx2 ? "avx2" : "baseline";
@@ -138,15 +181,15 @@ Isa cpu_isa() {
   return isa;
 }
 
-#define FP8NORM_CPU_ROWS(name, attributes)                                   \
-  template <typename T, typename W>                                          \
-  attributes void name(const RowArgs& a, int64_t begin, int64_t end) {       \
-    for (int64_t row = begin; row < end; ++row) row_kernel<T, W>(a, row);    \
+#define FP8NORM_CPU_ROWS(name, f16c, attributes)                                  \
+  template <typename T, typename W>                                               \
+  attributes void name(const RowArgs& a, int64_t begin, int64_t end) {            \
+    for (int64_t row = begin; row < end; ++row) row_kernel<T, W, f16c>(a, row);   \
   }
-FP8NORM_CPU_ROWS(rows_baseline, )
+FP8NORM_CPU_ROWS(rows_baseline, false, )
 #if FP8NORM_CPU_X86_ISAS
-FP8NORM_CPU_ROWS(rows_avx2, __attribute__((target("arch=x86-64-v3"))))
-FP8NORM_CPU_ROWS(rows_avx512, __attribute__((target("arch=x86-64-v4"))))
+FP8NORM_CPU_ROWS(rows_avx2, true, __attribute__((target("arch=x86-64-v3"))))
+FP8NORM_CPU_ROWS(rows_avx512, true, __attribute__((target("arch=x86-64-v4"))))
 #endif
 #undef FP8NORM_CPU_ROWS
 
