@@ -1,6 +1,6 @@
 // CPU kernels of the .out ops: one task per group of rows (at::parallel_for); each row is read
 // from memory once (pass 1: residual add, sum of squares) and then re-read from cache
-// (pass 2: normalize, 1x128 amax, quantize), with no temporaries beyond one 128-value block.
+// (pass 2: normalize, 1x128 amax, quantize), with no temporaries beyond a few 128-value blocks.
 // The loops are written for the compiler to vectorize; on x86-64 (GCC) they are compiled for
 // three instruction sets and the CPU picks one at the first call (cpu_isa).
 #include <ATen/ATen.h>
