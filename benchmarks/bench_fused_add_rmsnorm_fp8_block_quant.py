@@ -59,6 +59,14 @@ def copy_buffers(nbytes: int, device):
     return src, torch.empty_like(src)
 
 
+def time_copies(src, dst, timer, calls: int, replays: int):
+    """(memcpy µs, kernel µs): the same-bytes copy as cudaMemcpy (copy_) and as an elementwise
+    kernel (x | 0). "% of copy" takes the faster: in CUDA graphs a mid-size memcpy can be slower
+    than a kernel copy (606 MB: 224.7 against 143.9 µs; benchmarks/NOTES.md, v29)."""
+    return (timer(lambda: dst.copy_(src), calls, replays),
+            timer(lambda: torch.bitwise_or(src, 0, out=dst), calls, replays))
+
+
 def cuda_graph(fn, calls: int):
     """A CUDA graph of `calls` back-to-back calls of fn (after three warm-up calls on a side
     stream, as graph capture wants)."""
@@ -141,10 +149,7 @@ def bench_shape(m, h, dtype, device, args, compiled_ref):
     replays = args.replays
     t = {}
     for key, (src, dst) in copies.items():
-        # The faster of cudaMemcpy (copy_) and an elementwise kernel moving the same bytes
-        # (x | 0): in CUDA graphs a mid-size memcpy can be slower than a kernel copy.
-        t[key + "_memcpy"] = timer(lambda: dst.copy_(src), calls, replays)
-        t[key + "_kernel"] = timer(lambda: torch.bitwise_or(src, 0, out=dst), calls, replays)
+        t[key + "_memcpy"], t[key + "_kernel"] = time_copies(src, dst, timer, calls, replays)
         t[key] = min(t[key + "_memcpy"], t[key + "_kernel"])
     t["op"] = timer(lambda: op(x, r, w, 1e-6, False, out=out, block_scale=scale, normed_out=normed), calls, replays)
     t["op_nonormed"] = timer(lambda: op(x, r, w, 1e-6, False, out=out, block_scale=scale, normed_out=None), calls, replays)

@@ -22,7 +22,7 @@ import sys
 import torch
 
 import torch_fp8norm
-from bench_fused_add_rmsnorm_fp8_block_quant import copy_buffers, print_probe_rows, time_cuda
+from bench_fused_add_rmsnorm_fp8_block_quant import copy_buffers, print_probe_rows, time_copies, time_cuda
 
 PADS = (0, 32, 256, 1056)
 REPS = 15
@@ -68,12 +68,10 @@ def main(argv):
             continue
         for normed_out, per_elem, tag in ((normed, 9, "with normed_out"), (None, 7, "without normed_out")):
             src, dst = copy_buffers(per_elem * m * h + 4 * m * nb + 2 * h, device)
-            # The benchmark's copy: the faster of cudaMemcpy (copy_) and a kernel moving the same
-            # bytes (x | 0). In CUDA graphs the memcpy read ~1.5x slow at 16384 x 4096 with
-            # normed_out, in v28 and again in v29 ("145% of copy"), before and after the op's runs.
+            # The benchmark's copy, the faster of memcpy and kernel copy (the memcpy alone read
+            # ~1.5x slow at 16384 x 4096 with normed_out in v28 / v29: "145% of copy").
             def copy_time():
-                return min(time_cuda(lambda: dst.copy_(src), 20, REPS),
-                           time_cuda(lambda: torch.bitwise_or(src, 0, out=dst), 20, REPS))
+                return min(time_copies(src, dst, time_cuda, 20, REPS))
 
             copy_us = copy_time()
             rows = []
