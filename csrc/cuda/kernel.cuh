@@ -239,16 +239,24 @@ __device__ __forceinline__ void row_barrier() {
   __syncthreads();
 }
 
-// The index of this CTA's cluster in the grid (blockIdx.x / cluster size, without a division:
-// a launch without clusters is one of 1x1x1 clusters on sm_90+).
-__device__ __forceinline__ unsigned cluster_index() {
-#if FP8NORM_SM90
+// The index of this CTA's row group in the grid: for cluster slices the index of its cluster
+// (blockIdx.x / cluster size, without a division), else blockIdx.x. Not %clusterid.x in every
+// layout: outside a cluster launch ptxas forms it from blockIdx.x and a driver constant
+// (I2FP, FMUL by c[0x0][0x150], F2I), and that constant's 64-byte line was one more of the
+// prologue's serialized constant-cache misses (benchmarks/NOTES.md, v30). %ctaid.x is read by
+// a volatile move at each use: read as blockIdx.x it was kept live, and the 4-vector kernels
+// under their 64-register cap spilled 8-16 bytes (ptxas, bf16).
+template <Layout L>
+__device__ __forceinline__ unsigned row_group_index() {
   unsigned r;
-  asm("mov.u32 %0, %%clusterid.x;" : "=r"(r));
-  return r;
-#else
-  return blockIdx.x;  // no clusters below sm_90 (the launcher never asks for them)
+#if FP8NORM_SM90
+  if constexpr (L == Layout::kClusterSlices) {
+    asm("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+    return r;
+  }
 #endif
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(r));  // no clusters below sm_90
+  return r;
 }
 
 // Asks the L2 to fetch `bytes` (a multiple of 16) from p (16-byte aligned) ahead of its use;
@@ -448,7 +456,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   constexpr int seg_shift = HALF ? 4 : 5;
   constexpr int seg = 1 << seg_shift;  // lanes of a row's warp or half-warp
   const int lane = HALF ? static_cast<int>((threadIdx.y * blockDim.x + tx) & 31) : tx & 31;
-  const int64_t row = static_cast<int64_t>(cluster_index()) * blockDim.y + threadIdx.y;
+  const int64_t row = static_cast<int64_t>(row_group_index<L>()) * blockDim.y + threadIdx.y;
   const bool active = row < a.rows;
   // This CTA's slice of the row: vectors [v_begin, v_end). The launcher checks H < 2^31.
   const int nvec = static_cast<int>(a.hidden / VEC);
@@ -588,7 +596,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   [[maybe_unused]] uint64_t scale_policy = 0;
   [[maybe_unused]] bool demoter = false;
   if constexpr (kScaleLines) {
-    const int64_t cta_last_row = static_cast<int64_t>(cluster_index()) * blockDim.y + blockDim.y - 1;
+    const int64_t cta_last_row = static_cast<int64_t>(row_group_index<L>()) * blockDim.y + blockDim.y - 1;
     scale_policy = scale_store_policy(cta_last_row < s.scale_keep_rows);
     demoter = (row & 31) == 31 && row >= s.scale_demote_rows && row - s.scale_demote_rows < s.scale_keep_rows;
   }
