@@ -18,7 +18,8 @@
 //    in rank order, so all get the same rstd). Pass 2 normalizes, reduces each block's amax with
 //    shuffles over its LPB lanes, and writes normed (optional), fp8 and the block scale.
 //  - Programmatic dependent launch (sm_90+): the kernel waits for the preceding grid before its
-//    first global read (griddepcontrol.wait), so the launch itself may overlap that grid's tail.
+//    first global read (griddepcontrol.wait; only the L2 prefetch hints come before it), so the
+//    launch itself may overlap that grid's tail.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -481,8 +482,6 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   Pack<W, VEC> wv[VPT];  // the weights of the current tile (the last tile's may come from pass 1)
   double acc = 0.0;
 
-  wait_previous_grid(s.release_early);
-
   // Rows further on (a later CTA's, `s.prefetch_ctas` CTAs ahead: the CTA that will run on an SM
   // when this one is done) are asked into L2 now, so that DRAM keeps streaming while the rows
   // in flight are reduced and written (one thread per row; 0: off; one CTA per row group only).
@@ -490,6 +489,11 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   // ptxas predicated the tile prefetch's body (and the loops that move each address into a
   // uniform register) in every warp, ~35 instructions before the first load of every aligned
   // kernel (M = 1 4-10% slower; v17). Check the SASS from the PDL wait to the first load.
+  // The prefetch comes before the PDL wait: it is a hint that returns no data, and the loads
+  // after the wait still see every write of the previous grid (the L2 is the point of
+  // coherence). After the wait, the branch over its block and its setup were on every decode
+  // kernel's path to the first load (with PDL 1 x 2048 1.505 -> 1.435 µs, 128 x 8192 3.69 ->
+  // 3.605; large M level; benchmarks/NOTES.md, v31).
   if constexpr (ALIGNED) {
     if (tx == 0 && (s.prefetch_ctas > 0 || s.prefetch_tiles)) {
       if (s.prefetch_ctas > 0) {
@@ -509,6 +513,8 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
       }
     }
   }
+
+  wait_previous_grid(s.release_early);
 
   // Pass 1.
   for (int t = 0; t < s.ntiles; ++t) {
