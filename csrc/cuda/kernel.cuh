@@ -406,7 +406,8 @@ constexpr bool prefetch_weight() {
 // Registers: with 4 vectors per thread the aligned kernels are held to 64 registers, so that
 // two CTAs of 512 threads fit on an SM (at 75 registers only one did: H = 16384 at large M fell
 // from 89% to 75% of copy, benchmarks/NOTES.md v3; -DFP8NORM_VPT4_MIN_CTAS=1 lifts the cap).
-// bf16 / fp16 / fp32 do not spill, a float32 weight 24-48 bytes (ptxas, v5).
+// bf16 / fp32 do not spill, fp16 without a residual 4 bytes, a float32 weight 20-68 bytes
+// (ptxas, v31).
 // Unaligned rows keep every register.
 // HINTED: the streaming and read-only cache hints on the 16-byte accesses (false: plain
 // accesses, for calls whose bytes stay in L2; LaunchConfig::hinted).
