@@ -1,17 +1,19 @@
 // Probe (measurement only, benchmarks/NOTES.md v31): what a kernel pays for each 64-byte line of
 // its parameter block that it reads, in back-to-back launches of a CUDA graph (no PDL, and PDL with
-// the reads after griddepcontrol.wait). The parameters start at c[0x0][0x210]; field k of the
+// the reads after griddepcontrol.wait in the source; ptxas may hoist some of them above it). The parameters start at c[0x0][0x210]; field k of the
 // 384-byte block is at 0x210 + 8k, so line L (0x200 + 64L) holds fields 8L-2 .. 8L+5.
 // Every variant reads field 0 (the output pointer, line 0) and stores one value per thread;
 // variant MASK also reads field 8L-1 for each line L in MASK (bit L). INDEXED reads them by a
-// runtime index (blockIdx.y, always 0): LDC with a register index instead of a uniform ULDC.
+// runtime index (blockIdx.y, always 0): an indexed constant load (ptxas picks LDC c[R + k] or
+// ULDC c[UR + k]) instead of one with a fixed offset.
 //
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o /tmp/plp benchmarks/param_line_probe.cu
-//   /tmp/plp [threads]
+//   /tmp/plp [threads per CTA (256)] [CTAs (1)]
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 struct Params {
