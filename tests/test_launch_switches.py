@@ -47,6 +47,10 @@ SWITCHES = [
     {"FP8NORM_TUNE": "hints=1,demote=1"},        # block-scale lines evict_last, demoted ~32 rows later
                                                  # (2048 x 2048: scale columns of whole 128-byte lines)
     {"FP8NORM_TUNE": "demote=0"},                # block-scale stores without the line policy
+    {"FP8NORM_TUNE": "rowvec1=1"},               # the lean one-row kernel in every launch it fits
+                                                 # (1 x 1152: idle lanes; fp32 257 x 1024)
+    {"FP8NORM_TUNE": "rowvec1=1,prefetch=1"},    # ... with the L2 prefetch of rows ahead
+    {"FP8NORM_TUNE": "rowvec1=0"},               # never: those rows in kWarpRows' kernel
 ]
 
 # Shapes x options: odd block counts (1152: 9 blocks; 1408: 11, in half-warp rows of 48 threads

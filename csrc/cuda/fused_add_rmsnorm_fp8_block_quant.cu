@@ -91,7 +91,11 @@ const DeviceInfo& device_info(int device) {
 //                              kernel, Layout::kWarpRow1, with the paired add: 0 never, they
 //                              take the several-row kernel and its float add; 1 in every grid;
 //                              default: grids of at most 3 rows per SM; plain 4-vector rows
-//                              only, whatever the switch says)
+//                              only, whatever the switch says),
+//                              rowvec1=<0|1> (one-vector one-tile one-row CTAs of aligned rows
+//                              in their own kernel, Layout::kRowVec1: 0 never, they take
+//                              kWarpRows' kernel; 1 always; default: without PDL, or with
+//                              CTAs of 512 threads or more, or more rows than SMs)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
@@ -108,6 +112,7 @@ struct Switches {
   int hints = -1;          // -1: from the table (plain where the call's bytes fit in L2)
   int row1 = -1;           // -1: from the table (at most 3 rows per SM)
   int demote_pct = -1;     // -1: the launcher's default (two waves)
+  int row_vec1 = -1;       // -1: from the table (Layout::kRowVec1)
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -142,6 +147,7 @@ const Switches& switches() {
       s.hints = std::clamp(tune_value(spec, "hints", -1), -1, 1);
       s.row1 = std::clamp(tune_value(spec, "row1", -1), -1, 1);
       s.demote_pct = std::clamp(tune_value(spec, "demote", -1), -1, 1000);
+      s.row_vec1 = std::clamp(tune_value(spec, "rowvec1", -1), -1, 1);
     }
     return s;
   }();
@@ -330,6 +336,17 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // one-row CTAs takes kWarpRows' kernel.
   c.row1 = c.vpt == 4 && !c.hinted &&
            (sw.row1 >= 0 ? sw.row1 == 1 : rows <= kRow1MaxRowsPerSm * dev.sms);
+  // One-vector one-tile one-row CTAs (decode rows of one CTA) take their own lean kernel
+  // (Layout::kRowVec1, kernel.cuh: row_vec1_kernel, fewer instructions per thread; the launcher
+  // takes it for aligned rows only), except with PDL in CTAs of under 512 threads, one per SM at
+  // most. Same binary, two passes (v32), µs: without PDL 4-11% faster at M = 128, H 1152..8192
+  // (128 x 8192 4.53 -> 4.03, 128 x 2048 2.65 -> 2.48), 7-8% at 256 / 512 x 2048 and 256 x 4096,
+  // 4% at 1 x 2048; with PDL 4.5-6% faster in CTAs of 512 threads or more (128 x 8192 3.58 ->
+  // 3.42, 128 x 4096 2.64 -> 2.49) and at 256 x 2048 (2.50 -> 2.38), but 2-6% slower in the
+  // one-wave grids of smaller CTAs (1 x 1152 1.43 -> 1.51, 128 x 1152 1.74 -> 1.84, 1 x 2048 /
+  // 128 x 2048 +2%), where a call is a chain of latencies and the PDL wait hides the old
+  // kernel's longer prologue.
+  c.row_vec1 = sw.row_vec1 >= 0 ? sw.row_vec1 == 1 : !c.pdl || c.threads_x >= 512 || rows > dev.sms;
   return c;
 }
 

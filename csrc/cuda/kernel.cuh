@@ -680,6 +680,121 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   }
 }
 
+// Layout::kRowVec1: one row per CTA, one 16-byte vector per thread and stream, aligned rows (the
+// decode rows of one CTA: M = 128 with H 2048..8192 in bf16, M = 1 up to H = 2048). The same
+// values as the kernel above for these launches (the same paired add, the same pairwise double
+// sums in the same order: the warp sums' butterfly runs over all 32 lanes, and the lanes past the
+// row's warps add exact zeros), in about half its instructions. A decode CTA of up to 1024
+// threads is one SM's only CTA, and once its loads have landed every warp computes at once, so
+// each instruction a thread runs costs the SM one issue slot per warp (32 warps over 4
+// schedulers: 8 cycles per instruction of the thread's path). FlashInfer's structure, timed in
+// the same run (benchmarks/fi_structure_probe.py), was 12-18% faster than the kernel above at
+// M = 128 (benchmarks/NOTES.md, v32). So: no tile loop, no stash, no cluster or several-row code,
+// the output rows' addresses after the loads are issued.
+template <typename T, typename W, bool HAS_RES, bool HINTED>
+__global__ void __launch_bounds__(max_threads_per_cta(1), 1)
+    row_vec1_kernel(const RowArgs a, const TileShape s) {
+  constexpr Hint kOnce = HINTED ? Hint::kStream : Hint::kPlain;
+  constexpr Hint kReuse = HINTED ? Hint::kKeep : Hint::kPlain;
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr int LPB = kBlock / VEC;
+  static_assert(LPB <= 32 && 32 % LPB == 0, "a 1x128 block must sit inside one warp");
+  using C = Cvt<T>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  double* red = reinterpret_cast<double*>(smem);  // the warp sums (reduction_smem_bytes(1))
+
+  const int tx = threadIdx.x;
+  const int64_t row = row_group_index<Layout::kWarpRows>();  // grid: one CTA per row
+  const bool valid = static_cast<unsigned>(tx) < static_cast<unsigned>(a.hidden) / VEC;  // H < 2^31
+  const T* in = row_start<true>(static_cast<const T*>(a.input) + row * a.input_stride);
+  T* res = HAS_RES ? row_start<true>(static_cast<T*>(a.residual) + row * a.residual_stride) : nullptr;
+  // The L2 prefetch of the rows further on (see the kernel above; one-tile rows: no tile
+  // prefetch). Its addresses from this row's: ptxas then forms `in` and `res` before the PDL
+  // wait, where they cost a PDL call nothing (formed after it, they made M = 1, H 1152 / 2048 3-6%
+  // slower with PDL; benchmarks/NOTES.md, v32).
+  if (tx == 0 && s.prefetch_ctas > 0 && row + s.prefetch_ctas < a.rows) {
+    const uint32_t bytes = static_cast<uint32_t>(a.hidden * sizeof(T));
+    prefetch_to_l2(in + s.prefetch_ctas * a.input_stride, bytes);
+    if constexpr (HAS_RES) prefetch_to_l2(res + s.prefetch_ctas * a.residual_stride, bytes);
+  }
+
+  wait_previous_grid(s.release_early);
+
+  Pack<T, VEC> sv;
+  [[maybe_unused]] Pack<T, VEC> vres;
+  Pack<W, VEC> wv;
+  if (valid) {
+    load<true, kOnce>(sv, vec_at<VEC>(in, tx));
+    if constexpr (HAS_RES) load<true, kOnce>(vres, vec_at<VEC>(res, tx));
+    if (s.weight_in_pass1) load<true, kReuse>(wv, vec_at<VEC>(static_cast<const W*>(a.weight), tx));
+  } else {
+    opaque_fill(sv);
+    opaque_fill(wv);
+  }
+  double acc = 0.0;
+  if (valid) {
+    if constexpr (HAS_RES) {
+#pragma unroll
+      for (int e = 0; e < VEC; e += 2) C::add2(&sv.v[e], &vres.v[e]);
+      store<true, kOnce>(vec_at<VEC>(res, tx), sv);
+    }
+    double sq[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      const float f = C::to_float(sv.v[e]);
+      sq[e] = static_cast<double>(__fmul_rn(f, f));
+    }
+#pragma unroll
+    for (int n = VEC / 2; n > 0; n /= 2) {
+#pragma unroll
+      for (int e = 0; e < n; ++e) sq[e] += sq[e + n];
+    }
+    acc = sq[0];
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
+  if ((tx & 31) == 0) red[tx >> 5] = acc;
+  __syncthreads();
+  double sum_sq = (tx & 31) < static_cast<int>(blockDim.x >> 5) ? red[tx & 31] : 0.0;
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, off);
+  const float rstd = rstd_from_sum_of_squares_device(sum_sq, s.inv_hidden, a.eps);
+
+  if (!s.weight_in_pass1 && valid) load<true, kReuse>(wv, vec_at<VEC>(static_cast<const W*>(a.weight), tx));
+  Pack<T, VEC> nv;
+  float g[VEC];
+  uint32_t amax = 0;
+#pragma unroll
+  for (int e = 0; e < VEC; e += 2) {
+    C::from_float2(normalize(C::to_float(sv.v[e]), rstd, Cvt<W>::to_float(wv.v[e])),
+                   normalize(C::to_float(sv.v[e + 1]), rstd, Cvt<W>::to_float(wv.v[e + 1])), nv.v[e],
+                   nv.v[e + 1]);
+  }
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    g[e] = C::to_float(nv.v[e]);
+    amax = max(amax, abs_bits(g[e]));
+  }
+  if (valid && a.normed != nullptr) {
+    store<true, kOnce>(vec_at<VEC>(row_start<true>(static_cast<T*>(a.normed) + row * a.normed_stride), tx), nv);
+  }
+#pragma unroll
+  for (int off = LPB / 2; off > 0; off /= 2) amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
+  const float scale = block_scale_from_amax_bits(amax, a.ue8m0);
+  const float rcp = __frcp_rn(scale);
+  float q[VEC];
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) q[e] = scaled_by_reciprocal(g[e], scale, rcp);
+  uint32_t words[VEC / 4];
+#pragma unroll
+  for (int e = 0; e < VEC; e += 4) words[e / 4] = to_fp8x2(q[e], q[e + 1]) | (to_fp8x2(q[e + 2], q[e + 3]) << 16);
+  if (valid) {
+    uint8_t* out = row_start<true>(static_cast<uint8_t*>(a.out) + row * a.out_stride);
+    store_fp8<true, VEC, kOnce>(vec_at<VEC>(out, tx), words);
+    if (tx % LPB == 0) a.block_scale[row * a.scale_stride_row + (tx / LPB) * a.scale_stride_col] = scale;
+  }
+}
+
 }  // namespace cuda
 }  // namespace fp8norm
 
@@ -711,7 +826,14 @@ int64_t ctas_per_sm(K* kernel, int device, unsigned threads, size_t smem) {
 
 template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT, Layout L, bool HINTED>
 void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) {
-  auto* kernel = fused_add_rmsnorm_fp8_block_quant_kernel<T, W, HAS_RES, ALIGNED, VPT, L, HINTED>;
+  auto* kernel = [] {
+    if constexpr (L == Layout::kRowVec1) {
+      static_assert(ALIGNED && VPT == 1, "kRowVec1: aligned one-vector rows");
+      return row_vec1_kernel<T, W, HAS_RES, HINTED>;
+    } else {
+      return fused_add_rmsnorm_fp8_block_quant_kernel<T, W, HAS_RES, ALIGNED, VPT, L, HINTED>;
+    }
+  }();
   if (cfg.smem_bytes > 48 * 1024) {
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(cfg.smem_bytes)));
@@ -854,6 +976,18 @@ void launch(const RowArgs& a, const LaunchConfig& cfg, bool aligned, cudaStream_
             if constexpr (decltype(al)::value) {
               constexpr bool R = std::decay_t<decltype(has_res)>::value;
               launch_one<T, W, R, true, 4, Layout::kWarpRow1, false>(a, cfg, stream);
+            } else {
+              with_layout(std::integral_constant<Layout, Layout::kWarpRows>{});
+            }
+            break;
+          case Layout::kRowVec1:
+            // One-vector one-row CTAs: their own kernel for aligned rows (either hint); unaligned
+            // ones take kWarpRows' kernel.
+            if constexpr (decltype(al)::value) {
+              constexpr bool R = std::decay_t<decltype(has_res)>::value;
+              with_bool(cfg.hinted, [&](auto hinted) {
+                launch_one<T, W, R, true, 1, Layout::kRowVec1, decltype(hinted)::value>(a, cfg, stream);
+              });
             } else {
               with_layout(std::integral_constant<Layout, Layout::kWarpRows>{});
             }

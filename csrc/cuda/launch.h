@@ -40,7 +40,10 @@ constexpr size_t reduction_smem_bytes(int rows_per_cta) {
 //                  aligned rows: every other launch of one-row CTAs takes kWarpRows), the one
 //                  such kernel whose code differs from kWarpRows' (the residual's paired add,
 //                  kernel.cuh; and no per-row barrier code)
-enum class Layout { kWarpRows, kHalfWarpRows, kClusterSlices, kWarpRow1 };
+//   kRowVec1       one row per CTA, one 16-byte vector per thread (one tile), whole warps: its
+//                  own lean kernel (row_vec1_kernel, kernel.cuh), for aligned rows (the launcher
+//                  gives unaligned ones kWarpRows' kernel); the decode rows of one CTA
+enum class Layout { kWarpRows, kHalfWarpRows, kClusterSlices, kWarpRow1, kRowVec1 };
 
 // What the kernel needs to know about the launch, besides blockDim and RowArgs.
 struct TileShape {
@@ -82,6 +85,8 @@ struct LaunchConfig {
   bool row1 = false;      // one-row CTAs of whole warps take Layout::kWarpRow1 (launch_config
                           // sets it only for plain-access 4-vector rows, by its rule; the
                           // launcher still needs aligned rows for it)
+  bool row_vec1 = false;  // one-vector one-tile one-row CTAs take Layout::kRowVec1
+                          // (launch_config's rule; the launcher still needs aligned rows)
   bool hinted = true;     // streaming / read-only cache hints on the 16-byte accesses; false:
                           // plain accesses (compiled for aligned rows of one CTA only: other
                           // kernels keep their hints)
@@ -92,6 +97,7 @@ struct LaunchConfig {
     return shape.cluster > 1      ? Layout::kClusterSlices
            : half_warp_rows()     ? Layout::kHalfWarpRows
            : rows_per_cta == 1 && row1 ? Layout::kWarpRow1
+           : rows_per_cta == 1 && vpt == 1 && shape.ntiles == 1 && row_vec1 ? Layout::kRowVec1
                                        : Layout::kWarpRows;
   }
 };

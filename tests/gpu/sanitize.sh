@@ -20,11 +20,14 @@ status=0
 # release at exit, with plain (unhinted) accesses in every grid of aligned one-CTA rows, and
 # with hinted accesses in every grid and the block-scale line policy in short grids (scale
 # lines kept evict_last, demoted ~32 rows later: the 1024-row cases with whole-line columns);
+# memcheck and racecheck also with the lean one-row kernel (Layout::kRowVec1) in every launch it
+# fits, with the L2 prefetch of rows ahead;
 # racecheck also with plain accesses and 4 vectors per thread (the plain kernels' per-row
 # barriers: __syncwarp for rows of one warp, named barriers for rows of several).
 for tool in ${TOOLS:-memcheck racecheck initcheck synccheck}; do
   settings=("")
-  case $tool in memcheck|racecheck) settings+=("FP8NORM_TUNE=cluster=3,vpt=1 FP8NORM_PDL=0") ;; esac
+  case $tool in memcheck|racecheck) settings+=("FP8NORM_TUNE=cluster=3,vpt=1 FP8NORM_PDL=0"
+                                              "FP8NORM_TUNE=rowvec1=1,prefetch=1") ;; esac
   case $tool in racecheck) settings+=("FP8NORM_TUNE=hints=0,vpt=4") ;; esac
   case $tool in memcheck) settings+=("FP8NORM_TUNE=prefetch=1,cta=1024,tiles=1" "FP8NORM_TUNE=threads=64,stash=0"
                                     "FP8NORM_TUNE=slice=0" "FP8NORM_TUNE=weight=2,release=0" "FP8NORM_TUNE=hints=0"
