@@ -339,13 +339,13 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // One-vector one-tile one-row CTAs (decode rows of one CTA) take their own lean kernel
   // (Layout::kRowVec1, kernel.cuh: row_vec1_kernel, fewer instructions per thread; the launcher
   // takes it for aligned rows only), except with PDL in CTAs of under 512 threads, one per SM at
-  // most. Same binary, two passes (v32), µs: without PDL 4-11% faster at M = 128, H 1152..8192
-  // (128 x 8192 4.53 -> 4.03, 128 x 2048 2.65 -> 2.48), 7-8% at 256 / 512 x 2048 and 256 x 4096,
-  // 4% at 1 x 2048; with PDL 4.5-6% faster in CTAs of 512 threads or more (128 x 8192 3.58 ->
-  // 3.42, 128 x 4096 2.64 -> 2.49) and at 256 x 2048 (2.50 -> 2.38), but 2-6% slower in the
-  // one-wave grids of smaller CTAs (1 x 1152 1.43 -> 1.51, 128 x 1152 1.74 -> 1.84, 1 x 2048 /
-  // 128 x 2048 +2%), where a call is a chain of latencies and the PDL wait hides the old
-  // kernel's longer prologue.
+  // most. Same binary, two passes (v32), µs: without PDL 4.6-11% faster at M = 128, H 1152..8192
+  // (128 x 8192 4.53 -> 4.03, 128 x 2048 2.65 -> 2.48), 6.7-7.5% at 256 / 512 x 2048 and 256 x
+  // 4096, 4% at 1 x 2048; with PDL 2.5-6% faster in CTAs of 512 threads or more (128 x 8192
+  // 3.58 -> 3.42, 128 x 4096 2.64 -> 2.49, 256 x 4096 3.40 -> 3.31) and 1.5-5% with more rows
+  // than SMs (256 x 2048 2.50 -> 2.38), but 1.6-6% slower in the one-wave grids of smaller CTAs
+  // (1 x 1152 1.43 -> 1.51, 128 x 1152 1.74 -> 1.84, 1 x 2048 / 128 x 2048 +2.5 / +1.6%), where
+  // a call is a chain of latencies and the PDL wait hides the old kernel's longer prologue.
   c.row_vec1 = sw.row_vec1 >= 0 ? sw.row_vec1 == 1 : !c.pdl || c.threads_x >= 512 || rows > dev.sms;
   return c;
 }

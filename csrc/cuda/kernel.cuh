@@ -688,9 +688,9 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
 // threads is one SM's only CTA, and once its loads have landed every warp computes at once, so
 // each instruction a thread runs costs the SM one issue slot per warp (32 warps over 4
 // schedulers: 8 cycles per instruction of the thread's path). FlashInfer's structure, timed in
-// the same run (benchmarks/fi_structure_probe.py), was 12-18% faster than the kernel above at
-// M = 128 (benchmarks/NOTES.md, v32). So: no tile loop, no stash, no cluster or several-row code,
-// the output rows' addresses after the loads are issued.
+// the same run (benchmarks/fi_structure_probe.py), took 0.85-0.96x the time of the kernel above
+// at M = 128 (benchmarks/NOTES.md, v32). So: no tile loop, no stash, no cluster or several-row code,
+// the output rows' addresses formed after the reduction.
 template <typename T, typename W, bool HAS_RES, bool HINTED>
 __global__ void __launch_bounds__(max_threads_per_cta(1), 1)
     row_vec1_kernel(const RowArgs a, const TileShape s) {
