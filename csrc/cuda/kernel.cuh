@@ -386,6 +386,63 @@ __device__ __forceinline__ void store_to_cluster_rank(double* local, uint64_t* b
 #endif
 }
 
+// One 16-byte vector's steps, shared by both kernels (inlined: the same code in each).
+// The squares of x's elements (float32 products), added pairwise in double: log2(VEC) dependent
+// adds, not VEC.
+template <typename T, int VEC>
+__device__ __forceinline__ double sum_of_squares(const Pack<T, VEC>& x) {
+  double sq[VEC];
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    const float f = Cvt<T>::to_float(x.v[e]);
+    sq[e] = static_cast<double>(__fmul_rn(f, f));
+  }
+#pragma unroll
+  for (int n = VEC / 2; n > 0; n /= 2) {
+#pragma unroll
+    for (int e = 0; e < n; ++e) sq[e] += sq[e + n];
+  }
+  return sq[0];
+}
+
+// The normed values of x (x * rstd * weight, rounded to T) into nv, and as floats into g;
+// returns their largest |value| as bits (abs_bits).
+template <typename T, typename W, int VEC>
+__device__ __forceinline__ uint32_t normalize_vec(const Pack<T, VEC>& x, const Pack<W, VEC>& w, float rstd,
+                                                  Pack<T, VEC>& nv, float (&g)[VEC]) {
+#pragma unroll
+  for (int e = 0; e < VEC; e += 2) {
+    float n[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) n[i] = normalize(Cvt<T>::to_float(x.v[e + i]), rstd, Cvt<W>::to_float(w.v[e + i]));
+    Cvt<T>::from_float2(n[0], n[1], nv.v[e], nv.v[e + 1]);
+  }
+  uint32_t amax = 0;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    g[e] = Cvt<T>::to_float(nv.v[e]);
+    amax = max(amax, abs_bits(g[e]));
+  }
+  return amax;
+}
+
+// The 1x128 block's scale (amax reduced over the block's LPB lanes of this warp; every lane of
+// the warp takes part) and g quantized by it to fp8 bytes, four per word.
+template <int VEC, int LPB>
+__device__ __forceinline__ float quantize_vec(const float (&g)[VEC], uint32_t amax, bool ue8m0,
+                                              uint32_t (&words)[VEC / 4]) {
+#pragma unroll
+  for (int off = LPB / 2; off > 0; off /= 2) amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
+  const float scale = block_scale_from_amax_bits(amax, ue8m0);
+  const float rcp = __frcp_rn(scale);
+  float q[VEC];
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) q[e] = scaled_by_reciprocal(g[e], scale, rcp);
+#pragma unroll
+  for (int e = 0; e < VEC; e += 4) words[e / 4] = to_fp8x2(q[e], q[e + 1]) | (to_fp8x2(q[e + 2], q[e + 3]) << 16);
+  return scale;
+}
+
 // Load the weight of a slice's last tile in pass 1, with the row, so that its latency overlaps
 // the reduction (a decode-size call is one chain of latencies). With 1 vector per thread only by
 // default: with 4 it costs 16-32 registers (64 -> 84 for bf16, 3 CTAs of 256 threads per SM
@@ -548,19 +605,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
                          sv[k].v[e], sv[k].v[e + 1]);
         }
       }
-      // The vector's squares, added pairwise in double (log2(VEC) dependent adds, not VEC).
-      double sq[VEC];
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        const float f = C::to_float(sv[k].v[e]);
-        sq[e] = static_cast<double>(__fmul_rn(f, f));
-      }
-#pragma unroll
-      for (int n = VEC / 2; n > 0; n /= 2) {
-#pragma unroll
-        for (int e = 0; e < n; ++e) sq[e] += sq[e + n];
-      }
-      acc += sq[0];
+      acc += sum_of_squares(sv[k]);
       if constexpr (HAS_RES) store<ALIGNED, kOnce>(vec_at<VEC>(res, v), sv[k]);
       if (s.smem_stash && s.ntiles > 1) store<true>(vec_at<VEC>(stash, v - v_begin), sv[k]);
     }
@@ -634,36 +679,10 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
       const bool valid = active && v < v_end;
       Pack<T, VEC> nv;
       float g[VEC];
-      uint32_t amax = 0;
-#pragma unroll
-      for (int e = 0; e < VEC; e += 2) {
-        float n[2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          n[i] = normalize(C::to_float(sv[k].v[e + i]), rstd, Cvt<W>::to_float(wv[k].v[e + i]));
-        }
-        C::from_float2(n[0], n[1], nv.v[e], nv.v[e + 1]);
-      }
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        g[e] = C::to_float(nv.v[e]);
-        amax = max(amax, abs_bits(g[e]));
-      }
+      const uint32_t amax = normalize_vec(sv[k], wv[k], rstd, nv, g);
       if (valid && normed != nullptr) store<ALIGNED, kOnce>(vec_at<VEC>(normed, v), nv);
-#pragma unroll
-      for (int off = LPB / 2; off > 0; off /= 2) {
-        amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
-      }
-      const float scale = block_scale_from_amax_bits(amax, a.ue8m0);
-      const float rcp = __frcp_rn(scale);
-      float q[VEC];
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) q[e] = scaled_by_reciprocal(g[e], scale, rcp);
       uint32_t words[VEC / 4];
-#pragma unroll
-      for (int e = 0; e < VEC; e += 4) {
-        words[e / 4] = to_fp8x2(q[e], q[e + 1]) | (to_fp8x2(q[e + 2], q[e + 3]) << 16);
-      }
+      const float scale = quantize_vec<VEC, LPB>(g, amax, a.ue8m0, words);
       if (valid) {
         store_fp8<ALIGNED, VEC, kOnce>(vec_at<VEC>(out, v), words);
         if (tx % LPB == 0) {
@@ -738,18 +757,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(1), 1)
       for (int e = 0; e < VEC; e += 2) C::add2(&sv.v[e], &vres.v[e]);
       store<true, kOnce>(vec_at<VEC>(res, tx), sv);
     }
-    double sq[VEC];
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-      const float f = C::to_float(sv.v[e]);
-      sq[e] = static_cast<double>(__fmul_rn(f, f));
-    }
-#pragma unroll
-    for (int n = VEC / 2; n > 0; n /= 2) {
-#pragma unroll
-      for (int e = 0; e < n; ++e) sq[e] += sq[e + n];
-    }
-    acc = sq[0];
+    acc = sum_of_squares(sv);
   }
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
@@ -763,31 +771,12 @@ __global__ void __launch_bounds__(max_threads_per_cta(1), 1)
   if (!s.weight_in_pass1 && valid) load<true, kReuse>(wv, vec_at<VEC>(static_cast<const W*>(a.weight), tx));
   Pack<T, VEC> nv;
   float g[VEC];
-  uint32_t amax = 0;
-#pragma unroll
-  for (int e = 0; e < VEC; e += 2) {
-    C::from_float2(normalize(C::to_float(sv.v[e]), rstd, Cvt<W>::to_float(wv.v[e])),
-                   normalize(C::to_float(sv.v[e + 1]), rstd, Cvt<W>::to_float(wv.v[e + 1])), nv.v[e],
-                   nv.v[e + 1]);
-  }
-#pragma unroll
-  for (int e = 0; e < VEC; ++e) {
-    g[e] = C::to_float(nv.v[e]);
-    amax = max(amax, abs_bits(g[e]));
-  }
+  const uint32_t amax = normalize_vec(sv, wv, rstd, nv, g);
   if (valid && a.normed != nullptr) {
     store<true, kOnce>(vec_at<VEC>(row_start<true>(static_cast<T*>(a.normed) + row * a.normed_stride), tx), nv);
   }
-#pragma unroll
-  for (int off = LPB / 2; off > 0; off /= 2) amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
-  const float scale = block_scale_from_amax_bits(amax, a.ue8m0);
-  const float rcp = __frcp_rn(scale);
-  float q[VEC];
-#pragma unroll
-  for (int e = 0; e < VEC; ++e) q[e] = scaled_by_reciprocal(g[e], scale, rcp);
   uint32_t words[VEC / 4];
-#pragma unroll
-  for (int e = 0; e < VEC; e += 4) words[e / 4] = to_fp8x2(q[e], q[e + 1]) | (to_fp8x2(q[e + 2], q[e + 3]) << 16);
+  const float scale = quantize_vec<VEC, LPB>(g, amax, a.ue8m0, words);
   if (valid) {
     uint8_t* out = row_start<true>(static_cast<uint8_t*>(a.out) + row * a.out_stride);
     store_fp8<true, VEC, kOnce>(vec_at<VEC>(out, tx), words);
