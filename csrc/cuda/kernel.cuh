@@ -700,10 +700,10 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
 }
 
 // Layout::kRowVec1: one row per CTA, one 16-byte vector per thread and stream, aligned rows (the
-// decode rows of one CTA: M = 128 with H 2048..8192 in bf16, M = 1 up to H = 2048). The same
-// values as the kernel above for these launches (the same paired add, the same pairwise double
-// sums in the same order: the warp sums' butterfly runs over all 32 lanes, and the lanes past the
-// row's warps add exact zeros), in about half its instructions. A decode CTA of up to 1024
+// decode rows of one CTA, such as M = 128 with H 2048..8192 in bf16; launch_config's rule says
+// where it is taken). The same values as the kernel above for these launches (the same paired
+// add, the same pairwise double sums in the same order: the warp sums' butterfly runs over all
+// 32 lanes, and the lanes past the row's warps add exact zeros), in fewer instructions. A decode CTA of up to 1024
 // threads is one SM's only CTA, and once its loads have landed every warp computes at once, so
 // each instruction a thread runs costs the SM one issue slot per warp (32 warps over 4
 // schedulers: 8 cycles per instruction of the thread's path). FlashInfer's structure, timed in
@@ -728,9 +728,9 @@ __global__ void __launch_bounds__(max_threads_per_cta(1), 1)
   const T* in = row_start<true>(static_cast<const T*>(a.input) + row * a.input_stride);
   T* res = HAS_RES ? row_start<true>(static_cast<T*>(a.residual) + row * a.residual_stride) : nullptr;
   // The L2 prefetch of the rows further on (see the kernel above; one-tile rows: no tile
-  // prefetch). Its addresses from this row's: ptxas then forms `in` and `res` before the PDL
-  // wait, where they cost a PDL call nothing (formed after it, they made M = 1, H 1152 / 2048 3-6%
-  // slower with PDL; benchmarks/NOTES.md, v32).
+  // prefetch). Its addresses from this row's pointers, so that ptxas forms those before the PDL
+  // wait, as in the kernel above (formed after the wait in the first build: decode times level
+  // with these; benchmarks/NOTES.md, v32).
   if (tx == 0 && s.prefetch_ctas > 0 && row + s.prefetch_ctas < a.rows) {
     const uint32_t bytes = static_cast<uint32_t>(a.hidden * sizeof(T));
     prefetch_to_l2(in + s.prefetch_ctas * a.input_stride, bytes);
