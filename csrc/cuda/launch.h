@@ -37,9 +37,9 @@ constexpr size_t reduction_smem_bytes(int rows_per_cta) {
 //   kClusterSlices each row split into slices over the CTAs of a thread-block cluster (sm_90+)
 //   kWarpRow1      one row per CTA in whole warps: compiled for the plain-access 4-vector rows
 //                  only (launch_config picks it only for those, and the launcher only for
-//                  aligned rows: every other launch of one-row CTAs takes kWarpRows), the one
-//                  such kernel whose code differs from kWarpRows' (the residual's paired add,
-//                  kernel.cuh; and no per-row barrier code)
+//                  aligned rows: every other launch of one-row CTAs takes kWarpRows); its code
+//                  differs from kWarpRows' by the residual's paired add (kernel.cuh) and no
+//                  per-row barrier code
 //   kRowVec1       one row per CTA, one 16-byte vector per thread (one tile), whole warps: its
 //                  own lean kernel (row_vec1_kernel, kernel.cuh), for aligned rows (the launcher
 //                  gives unaligned ones kWarpRows' kernel); the decode rows of one CTA
