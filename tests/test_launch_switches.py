@@ -5,8 +5,9 @@ slice with and without the shared-memory stash, 1 and 4 vectors per thread, rows
 warps or in half-warps, the weight loaded in pass 1 or 2, launches without programmatic
 dependent launch or with the next grid released at exit, the L2 prefetch of later rows, the
 L2 prefetch of a slice's later tiles in every grid, plain (unhinted) or cache-hinted
-accesses in every grid, one-row CTAs in their own kernel or in the several-row one, and the
-block-scale stores with the L2 line policy (evict_last, then demoted) in a short grid or without it.
+accesses in every grid, one-row CTAs in their own kernel or in the several-row one, the
+block-scale stores with the L2 line policy (evict_last, then demoted) in a short grid or without it,
+and grids of many rows in lean one-vector rows or in 4-vector rows only.
 Each case is checked against the full contract."""
 import os
 import subprocess
@@ -51,6 +52,10 @@ SWITCHES = [
                                                  # (1 x 1152: idle lanes; fp32 257 x 1024)
     {"FP8NORM_TUNE": "rowvec1=1,prefetch=1"},    # ... with the L2 prefetch of rows ahead
     {"FP8NORM_TUNE": "rowvec1=0"},               # never: those rows in kWarpRows' kernel
+    {"FP8NORM_TUNE": "lean=0"},                  # grids of many rows: 4-vector rows only
+    {"FP8NORM_TUNE": "lean=1024,hints=1,demote=1"},  # lean one-vector rows up to 1024 vectors, with
+                                                     # PDL in L2, hinted: block-scale lines demoted
+                                                     # ~32 rows later (4096 x 1152, "tma")
 ]
 
 # Shapes x options: odd block counts (1152: 9 blocks; 1408: 11, in half-warp rows of 48 threads
@@ -58,14 +63,16 @@ SWITCHES = [
 # shared memory re-read from global), M around the table's thresholds, rows of one warp (bf16
 # 1024 at 4 vectors per thread: the plain kernels' __syncwarp row barrier; 130 x 4096 takes
 # their named per-row barriers), scale columns of whole 128-byte lines (2048 x 2048, "scaled_mm":
-# the block-scale line policy where demote=P brings it into a short grid).
+# the block-scale line policy where demote=P brings it into a short grid), and grids of many rows of
+# 128..512 vectors (1030 x 1408, 2048 x 1024, 4096 x 1152: lean one-vector rows, the last with whole
+# scale lines).
 CASES = """
 import torch
 from fp8norm_testing import Case, check_case
 for dtype in (torch.bfloat16, torch.float32, torch.float16):
     for i, (m, h) in enumerate([(1, 128), (1, 1152), (3, 5120), (2, 16384), (1, 65536),
                                 (130, 4096), (600, 1152), (5, 32768), (1030, 1408), (257, 1024),
-                                (2048, 2048)]):
+                                (2048, 2048), (2048, 1024), (4096, 1152)]):
         check_case(Case("cuda", dtype, m, h, fused=i % 3 != 2, pad=(0, 1, 128)[i % 3],
                         ue8m0=i % 2 == 0, weight_fp32=i % 4 == 1, normed_none=i % 5 == 3,
                         layout=("tma", "scaled_mm", "row_major")[i % 3]))

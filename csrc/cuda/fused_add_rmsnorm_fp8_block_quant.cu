@@ -95,7 +95,12 @@ const DeviceInfo& device_info(int device) {
 //                              rowvec1=<0|1> (one-vector one-tile one-row CTAs of aligned rows
 //                              in their own kernel, Layout::kRowVec1: 0 never, they take
 //                              kWarpRows' kernel; 1 always; default: without PDL, or with
-//                              CTAs of 512 threads or more, or more rows than SMs)
+//                              CTAs of 512 threads or more, or more rows than SMs),
+//                              lean=<vectors> (grids of many rows: aligned rows of 128 up to
+//                              that many 16-byte vectors as one-vector one-row CTAs, in
+//                              Layout::kRowVec1, with PDL in L2 too; 0: none, they take
+//                              4-vector rows; default 512, float32 256, not with PDL where the
+//                              hinted call's bytes fit in L2)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
@@ -113,6 +118,7 @@ struct Switches {
   int row1 = -1;           // -1: from the table (at most 3 rows per SM)
   int demote_pct = -1;     // -1: the launcher's default (two waves)
   int row_vec1 = -1;       // -1: from the table (Layout::kRowVec1)
+  int lean_vecs = -1;      // -1: from the table (lean one-vector rows in grids of many rows)
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -148,6 +154,7 @@ const Switches& switches() {
       s.row1 = std::clamp(tune_value(spec, "row1", -1), -1, 1);
       s.demote_pct = std::clamp(tune_value(spec, "demote", -1), -1, 1000);
       s.row_vec1 = std::clamp(tune_value(spec, "rowvec1", -1), -1, 1);
+      s.lean_vecs = std::clamp(tune_value(spec, "lean", -1), -1, 1024);
     }
     return s;
   }();
@@ -180,7 +187,9 @@ const Switches& switches() {
 //                       M = 16384 against 68% with 160 x 1, v4; M = 512, H = 8192: 4 waves of
 //                       one 1024-thread CTA per SM with 1, v4 full grid); else 1 (one wave:
 //                       latency decides, so spread each row over more threads). 1 vector per
-//                       thread at M = 16384 (v3): 54-64% of copy, against 90-93% with 4.
+//                       thread at M = 16384 (v3): 54-64% of copy, against 90-93% with 4;
+//                       but in the lean one-row kernel (v33) rows of 128..512 vectors are
+//                       faster with 1 (lean rows, below).
 //                       Clustered slices of more than 512 vectors take 4 too: a cluster of
 //                       1024-thread CTAs (one per SM) needs that many whole SMs of one GPC, and
 //                       M = 16, H = 65536 (16 clusters of 8) ran in two waves (8.3 µs, M = 1:
@@ -222,12 +231,14 @@ constexpr int64_t kWholeRow = 256;    // cluster: see the table above
 constexpr int64_t kLongSlice = 4096;  // cluster: see the table above
 constexpr int64_t kHugeStreamBytes = int64_t{1} << 30;  // tile prefetch: see below
 constexpr int64_t kRow1MaxRowsPerSm = 3;                 // one-row kernel: see below
+constexpr int64_t kLeanMinVecs = 128;                    // lean one-vector rows: see below
+constexpr int64_t kLeanMaxVecs = 512;
 // Cache hints: see below.
 constexpr int64_t kL2PlainMinBytes = int64_t{15} << 19;  // 7.5 MiB
 constexpr int64_t kL2PlainMaxPercent = 72;
 
 LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool has_residual,
-                           bool writes_normed, const DeviceInfo& dev, const Switches& sw) {
+                           bool writes_normed, bool aligned, const DeviceInfo& dev, const Switches& sw) {
   const int64_t nvec = hidden * elem_size / 16;
   const int64_t lanes_per_block = kBlock * elem_size / 16;
   const int64_t nblocks = hidden / kBlock;
@@ -255,21 +266,56 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   const int64_t wave_vpt1 = int64_t{dev.sms} * std::max<int64_t>(1, kThreadsPerSm / threads_for(1));
   const bool many_rows = ctas_per_wave > wave_vpt1;
   const bool clustered_long = c.shape.cluster > 1 && svec > 512 && ctas_per_wave > dev.sms / 2;
-  c.vpt = svec > 1024 || clustered_long || (many_rows && threads_for(4) < threads_for(1)) ? 4 : 1;
+  // Cache hints: the streaming (evict-first) hints keep a large call from flushing L2, but
+  // where the call's buffers (input, residual, normed_out, out) take 7.5 MiB .. 72% of L2,
+  // plain accesses are faster when the call runs again on the same buffers (the benchmark's
+  // back-to-back calls; v18 map, H200, 60 MiB of L2, footprint 7 bytes per element in bf16):
+  // 14 MiB 6-8% faster (512 x 4096 5.70 -> 5.31 µs), 21-28 MiB 16-21% (2048 x 2048 9.95 ->
+  // 8.14, 1024 x 4096 10.43 -> 8.29, float32 512 x 4096 9.01 -> 7.03), 35 MiB 12-14%, 42 MiB
+  // 2-6%; level or slower at 7 MiB and below (-0.3..+4.4%: 512 x 2048 3.40 -> 3.46, 1 x 2048
+  // 1.54 -> 1.61) and from 47 MiB (6144 x 1152 +7%, 56 MiB +10-11%: 2048 x 4096 20.48 ->
+  // 22.69), and at large M (16384 x 2048 +2.0-2.5%). v19, plain now without the row prefetch:
+  // 2-3% faster at 7.9 MiB (576 x 2048 5.07 -> 4.95, 1024 x 1152 4.16 -> 4.10), 9-10% at
+  // 39-42 MiB, 4% at 45.5 MiB in bf16; -2..+3% at 45.5-49 MiB otherwise (float32 896 x 4096
+  // at 45.5 MiB +3.3%, bf16 896 x 8192 at 49 MiB +2.7%).
+  const int64_t footprint = rows * hidden * (elem_size * (1 + int64_t{has_residual} + int64_t{writes_normed}) + 1);
+  c.hinted = sw.hints >= 0 ? sw.hints == 1
+                           : !(footprint >= kL2PlainMinBytes && 100 * footprint <= kL2PlainMaxPercent * dev.l2_bytes);
+  // Lean rows: in grids of many rows, aligned one-CTA rows of 128..512 vectors keep 1 vector per
+  // thread, one row per CTA, in the lean one-row kernel (Layout::kRowVec1, with the block-scale
+  // line policy), instead of 4-vector rows several to a CTA. Same binary, two passes (v33), bf16
+  // µs, with PDL: 1024 x 2048 5.16 -> 4.62, 8192 x 2048 40.4 -> 38.9, 16384 x 2048 78.3 -> 76.5,
+  // 32768 x 2048 151.9 -> 151.1, 16384 x 1152 45.3 -> 43.8, 16384 x 1024 40.6 -> 38.9, 4096 x
+  // 4096 40.7 -> 39.3, 8192 x 4096 79.1 -> 77.0 (0.4-10.6% faster; 16384 x 4096 level); float32
+  // 16384 x 1024 1.8% faster; without PDL 0.4-11.7% faster at all of these. Not with PDL where
+  // the hinted call's bytes fit in L2 (footprint between the plain-access band and the L2 size):
+  // there the 4-vector rows reach 108-113% of copy and the lean ones were 3-6% slower (bf16 4096
+  // x 2048 18.3 -> 18.9, 2048 x 4096 18.4 -> 18.9, float16 4096 x 2048 18.0 -> 18.8, float32
+  // 4096 x 1024 16.0 -> 17.0), though 4% faster without PDL (bf16; the others not measured
+  // without PDL). Measured with rows of 128..512
+  // vectors in bf16 / float16 and of 256 in float32: float32 takes lean rows up to 256 vectors
+  // (H = 1024), and rows under 128 vectors none. FP8NORM_TUNE=lean=N: rows of 128..N vectors,
+  // with PDL in L2 too (0: none).
+  const int64_t lean_max = sw.lean_vecs >= 0 ? sw.lean_vecs : elem_size == 2 ? kLeanMaxVecs : kLeanMaxVecs / 2;
+  const bool l2_resident_pdl = dev.major >= 9 && sw.pdl && c.hinted && footprint <= dev.l2_bytes;
+  const bool lean_rows = many_rows && aligned && c.shape.cluster == 1 && svec >= kLeanMinVecs &&
+                         svec <= lean_max && (sw.lean_vecs >= 0 || !l2_resident_pdl);
+  c.vpt = svec > 1024 || clustered_long || (many_rows && threads_for(4) < threads_for(1) && !lean_rows) ? 4 : 1;
   if (sw.vpt != 0) c.vpt = sw.vpt;
   c.threads_x = static_cast<int>(threads_for(c.vpt));
   if (sw.row_threads > 0) c.threads_x = std::min(sw.row_threads, max_threads_per_cta(c.vpt));
   int cta_threads = std::min(sw.cta_threads > 0 ? sw.cta_threads : 256, max_threads_per_cta(c.vpt));
   // Fewer threads than threads_x only when the row is one tile (threads_x was not capped).
   const int64_t half_row_threads = ceil_div(ceil_div(svec, c.vpt), 16) * 16;
-  if (sw.half_warps && sw.row_threads == 0 && c.shape.cluster == 1 && lanes_per_block <= 16 &&
+  const bool lean = lean_rows && c.vpt == 1 && sw.row_threads == 0;
+  if (sw.half_warps && !lean && sw.row_threads == 0 && c.shape.cluster == 1 && lanes_per_block <= 16 &&
       half_row_threads < c.threads_x && half_row_threads <= 256 && cta_threads / half_row_threads >= 2) {
     c.threads_x = static_cast<int>(half_row_threads);
   }
   c.shape.ntiles = static_cast<int>(ceil_div(svec, int64_t{c.threads_x} * c.vpt));
   // ~512 threads per CTA, with normed_out, for rows of whole warps: in deep grids, and where
   // ~256 would make one wave of one-tile 4-vector rows over 15/16 of the CTA slots.
-  if (sw.cta_threads == 0 && writes_normed && !c.half_warp_rows()) {
+  if (sw.cta_threads == 0 && writes_normed && !c.half_warp_rows() && !lean) {
     const bool deep = rows * c.threads_x >= int64_t{kDeepGrid} * dev.sms * kThreadsPerSm;
     bool near_full = false;
     if (c.vpt == 4 && c.shape.cluster == 1 && c.shape.ntiles == 1 && c.threads_x <= cta_threads) {
@@ -282,7 +328,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   }
   c.shape.weight_in_pass1 = !(c.shape.cluster == 1 && c.threads_x > 512);
   if (sw.weight_pass > 0) c.shape.weight_in_pass1 = sw.weight_pass == 1;
-  c.rows_per_cta = c.shape.ntiles == 1 && c.shape.cluster == 1 ? std::max(1, cta_threads / c.threads_x) : 1;
+  c.rows_per_cta = c.shape.ntiles == 1 && c.shape.cluster == 1 && !lean ? std::max(1, cta_threads / c.threads_x) : 1;
   if (c.half_warp_rows()) c.rows_per_cta &= ~1;  // half-warp rows: whole warps per CTA
   const size_t red_bytes = reduction_smem_bytes(c.rows_per_cta);
   const size_t stash_bytes = static_cast<size_t>(svec * 16);
@@ -310,21 +356,6 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   const bool huge = rows * hidden * elem_size > kHugeStreamBytes;
   c.shape.prefetch_tiles = dev.major >= 9 && c.shape.ntiles > 1 &&
                            (sw.tile_prefetch >= 0 ? sw.tile_prefetch == 1 : ctas_per_wave <= dev.sms || huge);
-  // Cache hints: the streaming (evict-first) hints keep a large call from flushing L2, but
-  // where the call's buffers (input, residual, normed_out, out) take 7.5 MiB .. 72% of L2,
-  // plain accesses are faster when the call runs again on the same buffers (the benchmark's
-  // back-to-back calls; v18 map, H200, 60 MiB of L2, footprint 7 bytes per element in bf16):
-  // 14 MiB 6-8% faster (512 x 4096 5.70 -> 5.31 µs), 21-28 MiB 16-21% (2048 x 2048 9.95 ->
-  // 8.14, 1024 x 4096 10.43 -> 8.29, float32 512 x 4096 9.01 -> 7.03), 35 MiB 12-14%, 42 MiB
-  // 2-6%; level or slower at 7 MiB and below (-0.3..+4.4%: 512 x 2048 3.40 -> 3.46, 1 x 2048
-  // 1.54 -> 1.61) and from 47 MiB (6144 x 1152 +7%, 56 MiB +10-11%: 2048 x 4096 20.48 ->
-  // 22.69), and at large M (16384 x 2048 +2.0-2.5%). v19, plain now without the row prefetch:
-  // 2-3% faster at 7.9 MiB (576 x 2048 5.07 -> 4.95, 1024 x 1152 4.16 -> 4.10), 9-10% at
-  // 39-42 MiB, 4% at 45.5 MiB in bf16; -2..+3% at 45.5-49 MiB otherwise (float32 896 x 4096
-  // at 45.5 MiB +3.3%, bf16 896 x 8192 at 49 MiB +2.7%).
-  const int64_t footprint = rows * hidden * (elem_size * (1 + int64_t{has_residual} + int64_t{writes_normed}) + 1);
-  c.hinted = sw.hints >= 0 ? sw.hints == 1
-                           : !(footprint >= kL2PlainMinBytes && 100 * footprint <= kL2PlainMaxPercent * dev.l2_bytes);
   // One-row CTAs of plain 4-vector rows (Layout::kWarpRow1: the paired residual add, no per-row
   // barrier code) where the grid has at most 3 rows per SM; more rows per SM take the several-row
   // kernel (its float add) with one row per CTA. Same-run A/B, bf16 (v22): 1.9-2.9 rows per SM
@@ -364,7 +395,7 @@ void run(const RowArgs& a, const at::Tensor& input) {
                        (a.residual == nullptr || aligned_rows(a.residual, a.residual_stride, es, 16)) &&
                        (a.normed == nullptr || aligned_rows(a.normed, a.normed_stride, es, 16)) &&
                        aligned_rows(a.weight, 0, 1, 16) && aligned_rows(a.out, a.out_stride, 1, vec);
-  const LaunchConfig cfg = launch_config(a.rows, a.hidden, es, a.residual != nullptr, a.normed != nullptr,
+  const LaunchConfig cfg = launch_config(a.rows, a.hidden, es, a.residual != nullptr, a.normed != nullptr, aligned,
                                          device_info(input.device().index()), switches());
   switch (input.scalar_type()) {
     case at::kBFloat16: launch<__nv_bfloat16>(a, cfg, aligned, stream); break;

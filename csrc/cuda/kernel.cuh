@@ -276,10 +276,11 @@ __device__ __forceinline__ void prefetch_to_l2(const void* p, uint32_t bytes) {
 // scale_demote_rows) has the rows of all but the last two waves store their scales with
 // evict_last, and the row two waves further on (the line's rows long done) demotes each full
 // line to evict_normal: no line stays evict_last after the op. In the hinted 4-vector kernels
-// of one-CTA rows only (the deep grids'); elsewhere plain stores.
+// of one-CTA rows and the hinted lean one-row kernel (the deep grids'; in lean rows 1.5-1.7% at
+// 16384 / 32768 x 2048 and 32768 x 1152, v33); elsewhere plain stores.
 template <int VPT, Layout L, bool HINTED>
 constexpr bool scale_line_policy() {
-  return VPT == 4 && HINTED && L != Layout::kClusterSlices;
+  return (VPT == 4 || L == Layout::kRowVec1) && HINTED && L != Layout::kClusterSlices;
 }
 
 // The L2 policy of a CTA's block-scale stores: evict_last (keep) or evict_normal (a plain
@@ -700,16 +701,18 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
 }
 
 // Layout::kRowVec1: one row per CTA, one 16-byte vector per thread and stream, aligned rows (the
-// decode rows of one CTA, such as M = 128 with H 2048..8192 in bf16; launch_config's rule says
-// where it is taken). The same values as the kernel above for these launches (the same paired
-// add, the same pairwise double sums in the same order: the warp sums' butterfly runs over all
-// 32 lanes, and the lanes past the row's warps add exact zeros), in fewer instructions. A decode CTA of up to 1024
+// decode rows of one CTA, such as M = 128 with H 2048..8192 in bf16, and the lean rows of grids
+// of many rows, bf16 H 1024..4096; launch_config's rules say where it is taken). The same
+// values as the kernel above for these launches (the same paired add, the same pairwise double
+// sums in the same order: the warp sums' butterfly runs over all 32 lanes, and the lanes past
+// the row's warps add exact zeros), in fewer instructions. A decode CTA of up to 1024
 // threads is one SM's only CTA, and once its loads have landed every warp computes at once, so
 // each instruction a thread runs costs the SM one issue slot per warp (32 warps over 4
 // schedulers: 8 cycles per instruction of the thread's path). FlashInfer's structure, timed in
 // the same run (benchmarks/fi_structure_probe.py), took 0.85-0.96x the time of the kernel above
 // at M = 128 (benchmarks/NOTES.md, v32). So: no tile loop, no stash, no cluster or several-row code,
-// the output rows' addresses formed after the reduction.
+// the output rows' addresses formed after the reduction. In deep grids (hinted) the block scales
+// take the line policy (scale_line_policy), only in the lanes that store one.
 template <typename T, typename W, bool HAS_RES, bool HINTED>
 __global__ void __launch_bounds__(max_threads_per_cta(1), 1)
     row_vec1_kernel(const RowArgs a, const TileShape s) {
@@ -780,7 +783,16 @@ __global__ void __launch_bounds__(max_threads_per_cta(1), 1)
   if (valid) {
     uint8_t* out = row_start<true>(static_cast<uint8_t*>(a.out) + row * a.out_stride);
     store_fp8<true, VEC, kOnce>(vec_at<VEC>(out, tx), words);
-    if (tx % LPB == 0) a.block_scale[row * a.scale_stride_row + (tx / LPB) * a.scale_stride_col] = scale;
+    if (tx % LPB == 0) {
+      float* p = a.block_scale + row * a.scale_stride_row + (tx / LPB) * a.scale_stride_col;
+      if constexpr (FP8NORM_SM90 && scale_line_policy<1, Layout::kRowVec1, HINTED>()) {
+        store_scale(p, scale, scale_store_policy(row < s.scale_keep_rows));
+        const bool demoter = (row & 31) == 31 && row >= s.scale_demote_rows && row - s.scale_demote_rows < s.scale_keep_rows;
+        demote_line_if(demoter, reinterpret_cast<uintptr_t>(p) - (s.scale_demote_rows + 31) * sizeof(float));
+      } else {
+        *p = scale;
+      }
+    }
   }
 }
 

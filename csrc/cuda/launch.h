@@ -42,7 +42,8 @@ constexpr size_t reduction_smem_bytes(int rows_per_cta) {
 //                  per-row barrier code
 //   kRowVec1       one row per CTA, one 16-byte vector per thread (one tile), whole warps: its
 //                  own lean kernel (row_vec1_kernel, kernel.cuh), for aligned rows (the launcher
-//                  gives unaligned ones kWarpRows' kernel); the decode rows of one CTA
+//                  gives unaligned ones kWarpRows' kernel); the decode rows of one CTA, and
+//                  the lean rows of grids of many rows (launch_config)
 enum class Layout { kWarpRows, kHalfWarpRows, kClusterSlices, kWarpRow1, kRowVec1 };
 
 // What the kernel needs to know about the launch, besides blockDim and RowArgs.

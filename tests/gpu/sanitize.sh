@@ -19,7 +19,8 @@ status=0
 # with the weight after the reduction in every 1-vector kernel (clusters too) and the PDL
 # release at exit, with plain (unhinted) accesses in every grid of aligned one-CTA rows, and
 # with hinted accesses in every grid and the block-scale line policy in short grids (scale
-# lines kept evict_last, demoted ~32 rows later: the 1024-row cases with whole-line columns);
+# lines kept evict_last, demoted ~32 rows later: the 1024-row cases with whole-line columns),
+# the latter also in lean one-vector rows (the 1024 x 1152 and 2041 x 2048 cases);
 # memcheck and racecheck also with the lean one-row kernel (Layout::kRowVec1) in every launch it
 # fits, with the L2 prefetch of rows ahead;
 # racecheck also with plain accesses and 4 vectors per thread (the plain kernels' per-row
@@ -31,7 +32,7 @@ for tool in ${TOOLS:-memcheck racecheck initcheck synccheck}; do
   case $tool in racecheck) settings+=("FP8NORM_TUNE=hints=0,vpt=4") ;; esac
   case $tool in memcheck) settings+=("FP8NORM_TUNE=prefetch=1,cta=1024,tiles=1" "FP8NORM_TUNE=threads=64,stash=0"
                                     "FP8NORM_TUNE=slice=0" "FP8NORM_TUNE=weight=2,release=0" "FP8NORM_TUNE=hints=0"
-                                    "FP8NORM_TUNE=hints=1,demote=1") ;; esac
+                                    "FP8NORM_TUNE=hints=1,demote=1" "FP8NORM_TUNE=hints=1,demote=1,lean=512") ;; esac
   for setting in "${settings[@]}"; do
     echo "===== compute-sanitizer --tool $tool ${setting:-(default launch table)}" >> "$log"
     env $setting compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tests/gpu/sanitize_cases.py > "$out/.tool.log" 2>&1

@@ -37,8 +37,9 @@ def cases(device="cuda"):
             i += 1
             yield Case(device, dtype, 133, h, fused=fused, pad=pad, layout=layout,
                        normed_none=normed_none, ue8m0=ue8m0)
-    # One wave of 4-vector rows over 15/16 of the CTA slots on a GPU of 132 SMs: 8 rows per CTA,
-    # the last CTA with one row and seven idle.
+    # Many rows of 256 vectors: lean one-vector rows by default (the call's bytes in the
+    # plain-access band); in 4-vector rows (FP8NORM_TUNE=lean=0, or vpt=4) one wave over 15/16
+    # of the CTA slots on a GPU of 132 SMs: 8 rows per CTA, the last CTA with one row and seven idle.
     yield Case(device, torch.bfloat16, 2041, 2048, fused=True, layout="tma")
     # Rows of one warp at 4 vectors per thread (sanitize.sh's FP8NORM_TUNE=hints=0,vpt=4: the
     # plain kernels' __syncwarp row barrier; 2041 x 2048 there takes their named per-row
