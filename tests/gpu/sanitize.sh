@@ -20,7 +20,8 @@ status=0
 # release at exit, with plain (unhinted) accesses in every grid of aligned one-CTA rows, and
 # with hinted accesses in every grid and the block-scale line policy in short grids (scale
 # lines kept evict_last, demoted ~32 rows later: the 1024-row cases with whole-line columns),
-# the latter also in lean one-vector rows (the 1024 x 1152 and 2041 x 2048 cases);
+# the latter also in lean one-vector rows (float32 1024 x 1152 and bf16 2041 x 2048; neither has
+# scale columns of whole lines: lean rows with the line policy run in test_launch_switches.py);
 # memcheck and racecheck also with the lean one-row kernel (Layout::kRowVec1) in every launch it
 # fits, with the L2 prefetch of rows ahead;
 # racecheck also with plain accesses and 4 vectors per thread (the plain kernels' per-row
