@@ -99,7 +99,7 @@ const DeviceInfo& device_info(int device) {
 //                              lean=<vectors> (grids of many rows: aligned rows of 128 up to
 //                              that many 16-byte vectors as one-vector one-row CTAs, in
 //                              Layout::kRowVec1, with PDL in L2 too; 0: none, they take
-//                              4-vector rows; default 512, float32 256, not with PDL where the
+//                              4-vector rows; default 512, not with PDL where the
 //                              hinted call's bytes fit in L2)
 struct Switches {
   bool pdl = true;
@@ -292,11 +292,11 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // there the 4-vector rows reach 108-113% of copy and the lean ones were 3-6% slower (bf16 4096
   // x 2048 18.3 -> 18.9, 2048 x 4096 18.4 -> 18.9, float16 4096 x 2048 18.0 -> 18.8, float32
   // 4096 x 1024 16.0 -> 17.0), though 4% faster without PDL (bf16; the others not measured
-  // without PDL). Measured with rows of 128..512
-  // vectors in bf16 / float16 and of 256 in float32: float32 takes lean rows up to 256 vectors
-  // (H = 1024), and rows under 128 vectors none. FP8NORM_TUNE=lean=N: rows of 128..N vectors,
-  // with PDL in L2 too (0: none).
-  const int64_t lean_max = sw.lean_vecs >= 0 ? sw.lean_vecs : elem_size == 2 ? kLeanMaxVecs : kLeanMaxVecs / 2;
+  // without PDL; a release at exit slowed both kinds of rows there, v34). Float32 rows of 512
+  // vectors (H = 2048), with PDL: 8192 x 2048 1.1-1.4% faster (73.5 -> 72.5, 73.1 -> 72.3 µs, two
+  // runs), 16384 x 2048 level (-0.1 / +0.4%; v33, v34). Rows under 128 vectors: none (not
+  // measured). FP8NORM_TUNE=lean=N: rows of 128..N vectors, with PDL in L2 too (0: none).
+  const int64_t lean_max = sw.lean_vecs >= 0 ? sw.lean_vecs : kLeanMaxVecs;
   const bool l2_resident_pdl = dev.major >= 9 && sw.pdl && c.hinted && footprint <= dev.l2_bytes;
   const bool lean_rows = many_rows && aligned && c.shape.cluster == 1 && svec >= kLeanMinVecs &&
                          svec <= lean_max && (sw.lean_vecs >= 0 || !l2_resident_pdl);

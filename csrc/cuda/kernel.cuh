@@ -15,8 +15,9 @@
 //    re-read from the just-written residual (a same-thread read-after-write, in L2).
 //  - The sum of squares is reduced by warp shuffles and one shared-memory exchange (in double,
 //    in a fixed order: deterministic; with a cluster, every CTA adds the slices' partial sums
-//    in rank order, so all get the same rstd). Pass 2 normalizes, reduces each block's amax with
-//    shuffles over its LPB lanes, and writes normed (optional), fp8 and the block scale.
+//    in rank order, so all get the same rstd). Pass 2 normalizes, reduces each block's amax over
+//    its LPB lanes (shuffles, or redux.sync: block_amax), and writes normed (optional), fp8 and
+//    the block scale.
 //  - Programmatic dependent launch (sm_90+): the kernel waits for the preceding grid before its
 //    first global read (griddepcontrol.wait; only the L2 prefetch hints come before it), so the
 //    launch itself may overlap that grid's tail.
@@ -427,13 +428,41 @@ __device__ __forceinline__ uint32_t normalize_vec(const Pack<T, VEC>& x, const P
   return amax;
 }
 
-// The 1x128 block's scale (amax reduced over the block's LPB lanes of this warp; every lane of
-// the warp takes part) and g quantized by it to fp8 bytes, four per word.
-template <int VEC, int LPB>
+// The largest of v over each aligned group of LPB lanes of the warp (a 1x128 block's lanes), in
+// every lane; all 32 lanes take part. v is amax bits (abs_bits): their unsigned max is the
+// NaN-propagating amax. REDUX (sm_80+): one warp-wide max per group (redux.sync; a 16-lane group
+// takes the max of its own lanes' values with zeros in the other half's), instead of log2(LPB)
+// dependent shuffle-and-max steps: the same value. Taken in the heavy 1-vector kernels (decode
+// rows of few warps per SM); the lean kernel (M = 128: 1024-thread CTAs) and the 4-vector
+// kernels (16384 x 8192 +0.3-0.7%, one pass) keep the shuffles, where REDUX measured level or
+// slower. With the lean kernel's scale store below, against the kernels before, same run, five
+// passes (medians): decode 0.4-1% faster (1 x 2048 2.076 -> 2.056 µs without PDL, 128 x 2048
+// 1.912 -> 1.900 with PDL), 128 x 8192 level (benchmarks/NOTES.md, v34).
+template <int LPB, bool REDUX>
+__device__ __forceinline__ uint32_t block_amax(uint32_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (REDUX && LPB == 32) {
+    return __reduce_max_sync(0xFFFFFFFFu, v);
+  } else if constexpr (REDUX && LPB == 16) {
+    unsigned lane;
+    asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+    const bool upper = (lane & 16u) != 0;
+    const uint32_t lower_max = __reduce_max_sync(0xFFFFFFFFu, upper ? 0u : v);
+    const uint32_t upper_max = __reduce_max_sync(0xFFFFFFFFu, upper ? v : 0u);
+    return upper ? upper_max : lower_max;
+  }
+#endif
+#pragma unroll
+  for (int off = LPB / 2; off > 0; off /= 2) v = max(v, __shfl_xor_sync(0xFFFFFFFFu, v, off));
+  return v;
+}
+
+// The 1x128 block's scale (amax reduced over the block's LPB lanes of this warp: block_amax)
+// and g quantized by it to fp8 bytes, four per word.
+template <int VEC, int LPB, bool REDUX>
 __device__ __forceinline__ float quantize_vec(const float (&g)[VEC], uint32_t amax, bool ue8m0,
                                               uint32_t (&words)[VEC / 4]) {
-#pragma unroll
-  for (int off = LPB / 2; off > 0; off /= 2) amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
+  amax = block_amax<LPB, REDUX>(amax);
   const float scale = block_scale_from_amax_bits(amax, ue8m0);
   const float rcp = __frcp_rn(scale);
   float q[VEC];
@@ -683,7 +712,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
       const uint32_t amax = normalize_vec(sv[k], wv[k], rstd, nv, g);
       if (valid && normed != nullptr) store<ALIGNED, kOnce>(vec_at<VEC>(normed, v), nv);
       uint32_t words[VEC / 4];
-      const float scale = quantize_vec<VEC, LPB>(g, amax, a.ue8m0, words);
+      const float scale = quantize_vec<VEC, LPB, VPT == 1>(g, amax, a.ue8m0, words);
       if (valid) {
         store_fp8<ALIGNED, VEC, kOnce>(vec_at<VEC>(out, v), words);
         if (tx % LPB == 0) {
@@ -779,19 +808,27 @@ __global__ void __launch_bounds__(max_threads_per_cta(1), 1)
     store<true, kOnce>(vec_at<VEC>(row_start<true>(static_cast<T*>(a.normed) + row * a.normed_stride), tx), nv);
   }
   uint32_t words[VEC / 4];
-  const float scale = quantize_vec<VEC, LPB>(g, amax, a.ue8m0, words);
+  const float scale = quantize_vec<VEC, LPB, false>(g, amax, a.ue8m0, words);
   if (valid) {
     uint8_t* out = row_start<true>(static_cast<uint8_t*>(a.out) + row * a.out_stride);
     store_fp8<true, VEC, kOnce>(vec_at<VEC>(out, tx), words);
     if (tx % LPB == 0) {
       float* p = a.block_scale + row * a.scale_stride_row + (tx / LPB) * a.scale_stride_col;
+      // The line policy only in grids where some rows keep their lines (scale_keep_rows > 0):
+      // with none (decode grids, short grids) every store would be an evict_normal one, which a
+      // plain store is, and the policy path costs each warp ~35 more instructions at the end of
+      // its chain (same binary, a runtime switch, one pass: 128 x 8192 3.45 -> 3.39 µs with PDL,
+      // 4.05 / 4.10 -> 3.99 without; against the build before, five passes: level with PDL, 0.4%
+      // faster without; benchmarks/NOTES.md, v34).
       if constexpr (FP8NORM_SM90 && scale_line_policy<1, Layout::kRowVec1, HINTED>()) {
-        store_scale(p, scale, scale_store_policy(row < s.scale_keep_rows));
-        const bool demoter = (row & 31) == 31 && row >= s.scale_demote_rows && row - s.scale_demote_rows < s.scale_keep_rows;
-        demote_line_if(demoter, reinterpret_cast<uintptr_t>(p) - (s.scale_demote_rows + 31) * sizeof(float));
-      } else {
-        *p = scale;
+        if (s.scale_keep_rows > 0) {
+          store_scale(p, scale, scale_store_policy(row < s.scale_keep_rows));
+          const bool demoter = (row & 31) == 31 && row >= s.scale_demote_rows && row - s.scale_demote_rows < s.scale_keep_rows;
+          demote_line_if(demoter, reinterpret_cast<uintptr_t>(p) - (s.scale_demote_rows + 31) * sizeof(float));
+          return;
+        }
       }
+      *p = scale;
     }
   }
 }
