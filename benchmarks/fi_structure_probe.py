@@ -4,10 +4,10 @@ The issue's decode targets compare our op with FlashInfer's times in `../shared/
 measured in another run (FlashInfer is not installed on the GPU machine). This builds
 `fi_structure_probe.cu` (FlashInfer's structure as read in benchmarks/NOTES.md v31: one row per
 CTA, H / 8 threads, float sum of squares, no cache hints, release after the last store) and
-variants that add our kernel's choices one at a time, then variants that move it toward the op's
-lean kernel one difference in the code around the math at a time (the .cu file lists them), checks their
-outputs against the op's, and times them beside the op and the benchmark's same-bytes copy
-(CUDA-graph replays, `time_cuda`). PDL follows FP8NORM_PDL for the op and the probe alike.
+variants that add our kernel's choices one at a time, then variants that move it toward the
+op's lean kernel one difference in the code around the math at a time (the .cu file lists
+them), checks their outputs against the op's, and times them beside the op and the
+benchmark's same-bytes copy (CUDA-graph replays, `time_cuda`). PDL follows FP8NORM_PDL for the op and the probe alike.
 A measurement only; needs CUDA (sm_90 for PDL), bf16, H a multiple of 128 up to 8192.
 
     FP8NORM_PDL=1 python benchmarks/fi_structure_probe.py [MxH ...] [--json F]
