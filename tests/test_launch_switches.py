@@ -7,7 +7,8 @@ dependent launch or with the next grid released at exit, the L2 prefetch of late
 L2 prefetch of a slice's later tiles in every grid, plain (unhinted) or cache-hinted
 accesses in every grid, one-row CTAs in their own kernel or in the several-row one, the
 block-scale stores with the L2 line policy (evict_last, then demoted) in a short grid or without it,
-and grids of many rows in lean one-vector rows or in 4-vector rows only.
+grids of many rows in lean one-vector rows or in 4-vector rows only, and lean rows of whole
+warps in the kernel for rows with idle lanes or in their own one in every launch.
 Each case is checked against the full contract."""
 import os
 import subprocess
@@ -53,6 +54,10 @@ SWITCHES = [
     {"FP8NORM_TUNE": "rowvec1=1,prefetch=1"},    # ... with the L2 prefetch of rows ahead
     {"FP8NORM_TUNE": "rowvec1=0"},               # never: those rows in kWarpRows' kernel
     {"FP8NORM_TUNE": "lean=0"},                  # grids of many rows: 4-vector rows only
+    {"FP8NORM_TUNE": "rowvec1=1,full=0"},        # lean rows of whole warps in the kernel with the
+                                                 # `valid` predicate (not the FULL one)
+    {"FP8NORM_TUNE": "full=1"},                  # ... in the FULL one in grids of many rows too
+                                                 # (2048 x 1024)
     {"FP8NORM_TUNE": "lean=1024,hints=1,demote=1"},  # lean one-vector rows up to 1024 vectors, with
                                                      # PDL in L2, hinted: block-scale lines demoted
                                                      # ~32 rows later (4096 x 1152, "tma")

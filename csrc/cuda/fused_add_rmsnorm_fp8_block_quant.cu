@@ -100,7 +100,11 @@ const DeviceInfo& device_info(int device) {
 //                              that many 16-byte vectors as one-vector one-row CTAs, in
 //                              Layout::kRowVec1, with PDL in L2 too; 0: none, they take
 //                              4-vector rows; default 512, not with PDL where the
-//                              hinted call's bytes fit in L2)
+//                              hinted call's bytes fit in L2),
+//                              full=0 / 1 (Layout::kRowVec1 rows of whole warps in the kernel
+//                              for rows with idle lanes, with its `valid` predicate / in their
+//                              own FULL kernel, without it, in every launch; default: FULL
+//                              except the lean rows of grids of many rows)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
@@ -119,6 +123,7 @@ struct Switches {
   int demote_pct = -1;     // -1: the launcher's default (two waves)
   int row_vec1 = -1;       // -1: from the table (Layout::kRowVec1)
   int lean_vecs = -1;      // -1: from the table (lean one-vector rows in grids of many rows)
+  int full_rows = -1;      // -1: from the table (kRowVec1 rows of whole warps: FULL kernel)
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -155,6 +160,7 @@ const Switches& switches() {
       s.demote_pct = std::clamp(tune_value(spec, "demote", -1), -1, 1000);
       s.row_vec1 = std::clamp(tune_value(spec, "rowvec1", -1), -1, 1);
       s.lean_vecs = std::clamp(tune_value(spec, "lean", -1), -1, 1024);
+      s.full_rows = std::clamp(tune_value(spec, "full", -1), -1, 1);
     }
     return s;
   }();
@@ -378,6 +384,15 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // (1 x 1152 1.43 -> 1.51, 128 x 1152 1.74 -> 1.84, 1 x 2048 / 128 x 2048 +2.5 / +1.6%), where
   // a call is a chain of latencies and the PDL wait hides the old kernel's longer prologue.
   c.row_vec1 = sw.row_vec1 >= 0 ? sw.row_vec1 == 1 : !c.pdl || c.threads_x >= 512 || rows > dev.sms;
+  // Rows of whole warps (H / VEC == threads_x) in Layout::kRowVec1 take the FULL kernel (no
+  // `valid` predicate: no branch around the loads and the sums), except the lean rows of grids
+  // of many rows. Same binary, three passes (v36), bf16 µs, with PDL: 128 x 4096 2.46 -> 2.33
+  // (-5.4%), 256 x 2048 2.36 -> 2.24 (-5.3%), 128 x 7168 / 8192 -0.6 / -0.3%; without PDL 128 x
+  // 4096 2.98 -> 2.91, 256 x 2048 2.90 -> 2.83, 1 x 2048 1.99 -> 1.96; float32 128 x 2048 2.15 ->
+  // 2.08 (-3.2%); level (within the runs' spread) at 1 x 4096 and float32 1 / 128 x 1152. But in
+  // lean grids of many rows 0.3-1.2% slower (16384 x 4096 152.2 -> 153.8, 4096 x 4096 39.0 ->
+  // 39.4 / 39.7 -> 40.1 without PDL, 16384 x 2048 76.6 -> 77.0).
+  c.full_rows = sw.full_rows >= 0 ? sw.full_rows == 1 : !lean;
   return c;
 }
 

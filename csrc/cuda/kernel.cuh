@@ -742,8 +742,16 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
 // at M = 128 (benchmarks/NOTES.md, v32). So: no tile loop, no stash, no cluster or several-row code,
 // the output rows' addresses formed after the reduction. In deep grids (hinted) the block scales
 // take the line policy (scale_line_policy), only in the lanes that store one.
-template <typename T, typename W, bool HAS_RES, bool HINTED>
-__global__ void __launch_bounds__(max_threads_per_cta(1), 1)
+#ifndef FP8NORM_LEAN_MIN_CTAS
+#define FP8NORM_LEAN_MIN_CTAS 2  // two CTAs of 1024 threads per SM: at most 32 registers
+#endif
+// FULL: every thread holds a vector of the row (H / VEC == blockDim.x, whole warps): no `valid`
+// predicate, so no branch around the loads and the sums: up to 5% faster in decode grids (with
+// PDL 128 x 4096 2.46 -> 2.33 µs, 256 x 2048 2.36 -> 2.24), 0.3-1.2% slower in lean grids of many
+// rows, which keep the predicate (launch_config's rule; benchmarks/NOTES.md, v36). The launch
+// bound of two CTAs per SM (<= 32 registers) was level or up to 1% faster than one (v36).
+template <typename T, typename W, bool HAS_RES, bool HINTED, bool FULL>
+__global__ void __launch_bounds__(max_threads_per_cta(1), FP8NORM_LEAN_MIN_CTAS)
     row_vec1_kernel(const RowArgs a, const TileShape s) {
   constexpr Hint kOnce = HINTED ? Hint::kStream : Hint::kPlain;
   constexpr Hint kReuse = HINTED ? Hint::kKeep : Hint::kPlain;
@@ -756,7 +764,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(1), 1)
 
   const int tx = threadIdx.x;
   const int64_t row = row_group_index<Layout::kWarpRows>();  // grid: one CTA per row
-  const bool valid = static_cast<unsigned>(tx) < static_cast<unsigned>(a.hidden) / VEC;  // H < 2^31
+  const bool valid = FULL || static_cast<unsigned>(tx) < static_cast<unsigned>(a.hidden) / VEC;  // H < 2^31
   const T* in = row_start<true>(static_cast<const T*>(a.input) + row * a.input_stride);
   T* res = HAS_RES ? row_start<true>(static_cast<T*>(a.residual) + row * a.residual_stride) : nullptr;
   // The L2 prefetch of the rows further on (see the kernel above; one-tile rows: no tile
@@ -864,10 +872,11 @@ int64_t ctas_per_sm(K* kernel, int device, unsigned threads, size_t smem) {
 
 template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT, Layout L, bool HINTED>
 void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) {
-  auto* kernel = [] {
+  auto* kernel = [&] {
     if constexpr (L == Layout::kRowVec1) {
       static_assert(ALIGNED && VPT == 1, "kRowVec1: aligned one-vector rows");
-      return row_vec1_kernel<T, W, HAS_RES, HINTED>;
+      const bool full = cfg.full_rows && a.hidden == int64_t{cfg.threads_x} * (16 / static_cast<int64_t>(sizeof(T)));
+      return full ? row_vec1_kernel<T, W, HAS_RES, HINTED, true> : row_vec1_kernel<T, W, HAS_RES, HINTED, false>;
     } else {
       return fused_add_rmsnorm_fp8_block_quant_kernel<T, W, HAS_RES, ALIGNED, VPT, L, HINTED>;
     }
