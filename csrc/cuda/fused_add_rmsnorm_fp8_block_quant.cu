@@ -184,7 +184,19 @@ const Switches& switches() {
 //                       that bring a slice to at most 4096 (two tiles, a 64 KiB stash: two
 //                       CTAs per SM instead of one): 16384 x 65536 2811 -> 2611 µs, 2048 x 65536
 //                       367 -> 329 (v9); not for 4096 or fewer (H = 32768: 1274 -> 1411 µs
-//                       with 2 CTAs per row)
+//                       with 2 CTAs per row). Rows of at most 896 vectors the rule would split
+//                       in two stay one CTA (the lean kernel), and without PDL (sm_90+,
+//                       FP8NORM_PDL=0) so do all rows of at most 512 vectors. v37, one binary,
+//                       against the old split, µs: without PDL bf16 64 x 3072 2.88 -> 2.45, 64
+//                       x 4096 3.04 -> 2.70, 64 x 7168 3.51 -> 3.38, 1 x 2560 2.41 -> 2.10, 1 x
+//                       4096 2.38 -> 2.32, 16 x 4096 2.45 -> 2.44, float32 64 x 1152 2.69 ->
+//                       2.12, 16 x 2048 2.39 -> 2.22; with PDL (pairs only) 64 x 2560 2.00 ->
+//                       1.91, 40 x 4096 2.11 -> 2.06, 64 x 4096 2.26 -> 2.12, 48 x 5120 2.29 ->
+//                       2.27, 64 x 7168 2.72 -> 2.72, float32 64 x 2048 1.99 -> 1.87; but with
+//                       PDL clusters of 4 stay (1 x 4096 1.55 -> 1.75, 16 x 3072 1.66 ->
+//                       1.73, float32 1 x 2048 1.44 -> 1.54). Not rows of 1024 in two (v36, no
+//                       PDL: 64 x 8192 3.67 -> 3.57 but 40 x 8192 3.40 -> 3.50) nor longer rows
+//                       or more slices (1 x 7168 2.45 -> 2.99, 32 x 8192 3.18 -> 3.47)
 //   vectors per thread: 4 for slices longer than 1024 vectors. For shorter ones, 4 when the
 //                       rows do not fit in one wave with 1 (at ~64 registers, 1024 threads per
 //                       SM) and a row then takes fewer threads (not for H = 128: one warp either
@@ -235,6 +247,8 @@ constexpr int kDeepGrid = 12;  // rows per CTA: see the table above
 constexpr int64_t kThreadsPerSm = 1024;
 constexpr int64_t kWholeRow = 256;    // cluster: see the table above
 constexpr int64_t kLongSlice = 4096;  // cluster: see the table above
+constexpr int64_t kPairVecs = 896;        // cluster of two: see the table above
+constexpr int64_t kNoPdlWholeVecs = 512;  // cluster without PDL: see the table above
 constexpr int64_t kHugeStreamBytes = int64_t{1} << 30;  // tile prefetch: see below
 constexpr int64_t kRow1MaxRowsPerSm = 3;                 // one-row kernel: see below
 constexpr int64_t kLeanMinVecs = 128;                    // lean one-vector rows: see below
@@ -254,6 +268,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
     if (sw.slice_vecs > 0) {
       if (nvec > kWholeRow) cluster = std::min(kMaxCluster, pow2_at_least(ceil_div(nvec, sw.slice_vecs)));
       while (cluster > 1 && rows * cluster > int64_t{dev.sms}) cluster /= 2;
+      if ((cluster == 2 && nvec <= kPairVecs) || (!sw.pdl && nvec <= kNoPdlWholeVecs)) cluster = 1;
       if (cluster == 1 && nvec > kLongSlice) cluster = static_cast<int>(ceil_div(nvec, kLongSlice));
     }
     if (sw.cluster > 0) cluster = sw.cluster;
@@ -392,7 +407,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // 2.08 (-3.2%); level (within the runs' spread) at 1 x 4096 and float32 1 / 128 x 1152. But in
   // lean grids of many rows 0.3-1.2% slower (16384 x 4096 152.2 -> 153.8, 4096 x 4096 39.0 ->
   // 39.4 / 39.7 -> 40.1 without PDL, 16384 x 2048 76.6 -> 77.0).
-  c.full_rows = sw.full_rows >= 0 ? sw.full_rows == 1 : !lean;
+  c.full_rows = (sw.full_rows >= 0 ? sw.full_rows == 1 : !lean) && svec == c.threads_x;
   return c;
 }
 

@@ -875,8 +875,7 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
   auto* kernel = [&] {
     if constexpr (L == Layout::kRowVec1) {
       static_assert(ALIGNED && VPT == 1, "kRowVec1: aligned one-vector rows");
-      const bool full = cfg.full_rows && a.hidden == int64_t{cfg.threads_x} * (16 / static_cast<int64_t>(sizeof(T)));
-      return full ? row_vec1_kernel<T, W, HAS_RES, HINTED, true> : row_vec1_kernel<T, W, HAS_RES, HINTED, false>;
+      return cfg.full_rows ? row_vec1_kernel<T, W, HAS_RES, HINTED, true> : row_vec1_kernel<T, W, HAS_RES, HINTED, false>;
     } else {
       return fused_add_rmsnorm_fp8_block_quant_kernel<T, W, HAS_RES, ALIGNED, VPT, L, HINTED>;
     }

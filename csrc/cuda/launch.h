@@ -88,8 +88,9 @@ struct LaunchConfig {
                           // launcher still needs aligned rows for it)
   bool row_vec1 = false;  // one-vector one-tile one-row CTAs take Layout::kRowVec1
                           // (launch_config's rule; the launcher still needs aligned rows)
-  bool full_rows = true;  // kRowVec1 rows of whole warps (H / VEC == threads_x) take the
-                          // FULL kernel, without the `valid` predicate (launch_config's rule)
+  bool full_rows = false; // the row is whole warps (its vectors == threads_x) and, in
+                          // Layout::kRowVec1, takes the FULL kernel, without the `valid`
+                          // predicate (launch_config's rule)
   bool hinted = true;     // streaming / read-only cache hints on the 16-byte accesses; false:
                           // plain accesses (compiled for aligned rows of one CTA only: other
                           // kernels keep their hints)
