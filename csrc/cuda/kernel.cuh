@@ -315,6 +315,20 @@ __device__ __forceinline__ void demote_line_if(bool demote, uintptr_t line) {
 #endif
 }
 
+// Whether `row` demotes a block-scale line (scale_line_policy): the last row of a group of 32
+// whose line (rows row - scale_demote_rows - 31 .. row - scale_demote_rows, one line per
+// column) was stored with evict_last (the launcher sets scale_keep_rows only where a line is
+// rows 32k .. 32k + 31 of one column, and keeps both counts multiples of 32).
+__device__ __forceinline__ bool scale_line_demoter(int64_t row, int64_t scale_demote_rows, int64_t scale_keep_rows) {
+  return (row & 31) == 31 && row >= scale_demote_rows && row - scale_demote_rows < scale_keep_rows;
+}
+
+// If `demoter`, the line of the scales scale_demote_rows + 31 .. scale_demote_rows rows above
+// `p` (this row's scale store, column-major) goes back to evict_normal.
+__device__ __forceinline__ void demote_scale_line_if(bool demoter, const float* p, int64_t scale_demote_rows) {
+  demote_line_if(demoter, reinterpret_cast<uintptr_t>(p) - (scale_demote_rows + 31) * sizeof(float));
+}
+
 __device__ __forceinline__ unsigned cluster_rank() {
   unsigned r = 0;
 #if FP8NORM_SM90
@@ -672,15 +686,13 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   const float rstd = rstd_from_sum_of_squares_device(sum_sq, s.inv_hidden, a.eps);
 
   // Block-scale lines (scale_line_policy): this CTA's store policy, and whether this row
-  // demotes the line of rows row - demote - 31 .. row - demote (one per column; the launcher
-  // sets scale_keep_rows only where a line is rows 32k .. 32k + 31 of one column, and keeps
-  // both counts multiples of 32).
+  // demotes a line.
   [[maybe_unused]] uint64_t scale_policy = 0;
   [[maybe_unused]] bool demoter = false;
   if constexpr (kScaleLines) {
     const int64_t cta_last_row = static_cast<int64_t>(row_group_index<L>()) * blockDim.y + blockDim.y - 1;
     scale_policy = scale_store_policy(cta_last_row < s.scale_keep_rows);
-    demoter = (row & 31) == 31 && row >= s.scale_demote_rows && row - s.scale_demote_rows < s.scale_keep_rows;
+    demoter = scale_line_demoter(row, s.scale_demote_rows, s.scale_keep_rows);
   }
 
   // Pass 2: the last tile is still in registers; earlier tiles come back from the stash (or,
@@ -719,7 +731,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
           float* p = scale_row + (v / LPB) * a.scale_stride_col;
           if constexpr (kScaleLines) {
             store_scale(p, scale, scale_policy);
-            demote_line_if(demoter, reinterpret_cast<uintptr_t>(p) - (s.scale_demote_rows + 31) * sizeof(float));
+            demote_scale_line_if(demoter, p, s.scale_demote_rows);
           } else {
             *p = scale;
           }
@@ -831,8 +843,7 @@ __global__ void __launch_bounds__(max_threads_per_cta(1), FP8NORM_LEAN_MIN_CTAS)
       if constexpr (FP8NORM_SM90 && scale_line_policy<1, Layout::kRowVec1, HINTED>()) {
         if (s.scale_keep_rows > 0) {
           store_scale(p, scale, scale_store_policy(row < s.scale_keep_rows));
-          const bool demoter = (row & 31) == 31 && row >= s.scale_demote_rows && row - s.scale_demote_rows < s.scale_keep_rows;
-          demote_line_if(demoter, reinterpret_cast<uintptr_t>(p) - (s.scale_demote_rows + 31) * sizeof(float));
+          demote_scale_line_if(scale_line_demoter(row, s.scale_demote_rows, s.scale_keep_rows), p, s.scale_demote_rows);
           return;
         }
       }
