@@ -16,3 +16,33 @@ def test_benchmark_help(capsys):
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "--shapes" in out and "% of copy bandwidth" in out
+
+
+AB_ENV = BENCH.parent / "ab_env.py"
+
+
+def test_ab_env_runs_both_sides(tmp_path):
+    """benchmarks/ab_env.py: one pass, two environments, each shape timed on both sides."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "ab.json"
+    run = subprocess.run([sys.executable, str(AB_ENV), str(out), "1",
+                          "g;bfloat16;2x256,3x384;FP8NORM_CPU_ISA=baseline;"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    records = json.loads(out.read_text())["records"]
+    assert sorted(records) == ["g|bfloat16|2x256", "g|bfloat16|3x384"]
+    for sides in records.values():
+        assert len(sides["A"]) == len(sides["B"]) == 1 and sides["A"][0]["op"] > 0 and sides["B"][0]["op"] > 0
+    assert "g|bfloat16|2x256" in run.stdout
+
+
+def test_ab_env_rejects_a_malformed_group(tmp_path):
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, str(AB_ENV), str(tmp_path / "ab.json"), "1", "g;bfloat16;2x256"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0 and "name;dtype;shapes;ENV_A;ENV_B" in run.stderr
