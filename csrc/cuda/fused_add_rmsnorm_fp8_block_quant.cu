@@ -185,18 +185,19 @@ const Switches& switches() {
 //                       CTAs per SM instead of one): 16384 x 65536 2811 -> 2611 µs, 2048 x 65536
 //                       367 -> 329 (v9); not for 4096 or fewer (H = 32768: 1274 -> 1411 µs
 //                       with 2 CTAs per row). Rows of at most 896 vectors the rule would split
-//                       in two stay one CTA (the lean kernel), and without PDL (sm_90+,
-//                       FP8NORM_PDL=0) so do all rows of at most 512 vectors. v37, one binary,
-//                       against the old split, µs: without PDL bf16 64 x 3072 2.88 -> 2.45, 64
-//                       x 4096 3.04 -> 2.70, 64 x 7168 3.51 -> 3.38, 1 x 2560 2.41 -> 2.10, 1 x
-//                       4096 2.38 -> 2.32, 16 x 4096 2.45 -> 2.44, float32 64 x 1152 2.69 ->
-//                       2.12, 16 x 2048 2.39 -> 2.22; with PDL (pairs only) 64 x 2560 2.00 ->
-//                       1.91, 40 x 4096 2.11 -> 2.06, 64 x 4096 2.26 -> 2.12, 48 x 5120 2.29 ->
-//                       2.27, 64 x 7168 2.72 -> 2.72, float32 64 x 2048 1.99 -> 1.87; but with
-//                       PDL clusters of 4 stay (1 x 4096 1.55 -> 1.75, 16 x 3072 1.66 ->
-//                       1.73, float32 1 x 2048 1.44 -> 1.54). Not rows of 1024 in two (v36, no
-//                       PDL: 64 x 8192 3.67 -> 3.57 but 40 x 8192 3.40 -> 3.50) nor longer rows
-//                       or more slices (1 x 7168 2.45 -> 2.99, 32 x 8192 3.18 -> 3.47)
+//                       in two stay one CTA (its kernel: row_vec1 below), and without PDL
+//                       (sm_90+, FP8NORM_PDL=0) so do all rows of at most 512 vectors (the
+//                       lean kernel). v37, one binary, against the old split, µs: without
+//                       PDL bf16 64 x 3072 2.88 -> 2.45, 64 x 4096 3.04 -> 2.70, 64 x 7168
+//                       3.51 -> 3.38, 1 x 2560 2.41 -> 2.10, 1 x 4096 2.38 -> 2.32, 16 x 4096
+//                       2.45 -> 2.44, float32 64 x 1152 2.69 -> 2.12, 16 x 2048 2.39 -> 2.22;
+//                       with PDL (pairs only) 64 x 2560 2.00 -> 1.91, 40 x 4096 2.11 -> 2.06,
+//                       64 x 4096 2.26 -> 2.12, 48 x 5120 2.29 -> 2.27, 64 x 7168 2.72 -> 2.72,
+//                       float32 64 x 2048 1.99 -> 1.87; but with PDL clusters of 4 stay (1 x
+//                       4096 1.55 -> 1.75, 16 x 3072 1.66 -> 1.73, float32 1 x 2048 1.44 ->
+//                       1.54). Not rows of 1024 in two (v36, no PDL: 64 x 8192 3.67 -> 3.57
+//                       but 40 x 8192 3.40 -> 3.50) nor longer rows or more slices (1 x 7168
+//                       2.45 -> 2.99, 32 x 8192 3.18 -> 3.47)
 //   vectors per thread: 4 for slices longer than 1024 vectors. For shorter ones, 4 when the
 //                       rows do not fit in one wave with 1 (at ~64 registers, 1024 threads per
 //                       SM) and a row then takes fewer threads (not for H = 128: one warp either
