@@ -7,7 +7,7 @@ ENV_A / ENV_B: space-separated VAR=value pairs (may be empty), e.g.
     python benchmarks/ab_env.py ab.json 3 \\
         'pairs;bfloat16;64x4096,48x5120;FP8NORM_PDL=0 FP8NORM_TUNE=cluster=2;FP8NORM_PDL=0'
 OUT.json holds every pass of every shape (`records["name|dtype|MxH"]["A" / "B"]`: the
-benchmark's `us` dicts); the table goes to stdout. Each run is a fresh process of
+benchmark's `us` dicts); the table goes to stdout; the exit status is 1 if any run failed. Each run is a fresh process of
 bench_fused_add_rmsnorm_fp8_block_quant.py (--skip-eager --skip-compile), ~5-10 s.
 """
 import json
@@ -15,6 +15,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 
 BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_fused_add_rmsnorm_fp8_block_quant.py")
 
@@ -34,22 +35,23 @@ def main():
     for g in groups:
         if len(g) != 5:
             sys.exit(f"a group is 'name;dtype;shapes;ENV_A;ENV_B', got {';'.join(g)!r}")
-    records = {}
-    for _ in range(passes):
-        for name, dtype, shapes, env_a, env_b in groups:
-            for side, spec in (("A", env_a), ("B", env_b)):
-                tmp = f"/tmp/ab_env_{os.getpid()}_{name}_{side}.json"
-                run = subprocess.run([sys.executable, BENCH, "--shapes", shapes, "--dtype", dtype, "--skip-eager",
-                                      "--skip-compile", "--json", tmp], env=parse_env(spec), capture_output=True,
-                                     text=True)
-                if run.returncode:
-                    print(f"{name} {side} ({spec}) failed:\n{run.stderr[-2000:]}")
-                    continue
-                with open(tmp) as f:
-                    for rec in json.load(f)["records"]:
-                        key = f"{name}|{dtype}|{rec['M']}x{rec['H']}"
-                        records.setdefault(key, {}).setdefault(side, []).append(rec["us"])
-                os.remove(tmp)
+    records, failures = {}, 0
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = os.path.join(tmpdir, "run.json")
+        for _ in range(passes):
+            for name, dtype, shapes, env_a, env_b in groups:
+                for side, spec in (("A", env_a), ("B", env_b)):
+                    run = subprocess.run([sys.executable, BENCH, "--shapes", shapes, "--dtype", dtype,
+                                          "--skip-eager", "--skip-compile", "--json", tmp],
+                                         env=parse_env(spec), capture_output=True, text=True)
+                    if run.returncode:
+                        failures += 1
+                        print(f"{name} {side} ({spec}) failed:\n{run.stderr[-2000:]}", file=sys.stderr)
+                        continue
+                    with open(tmp) as f:
+                        for rec in json.load(f)["records"]:
+                            key = f"{name}|{dtype}|{rec['M']}x{rec['H']}"
+                            records.setdefault(key, {}).setdefault(side, []).append(rec["us"])
     with open(out, "w") as f:
         json.dump(dict(groups=[";".join(g) for g in groups], records=records), f, indent=1)
 
@@ -62,6 +64,8 @@ def main():
         a, b = median(sides.get("A"), "op"), median(sides.get("B"), "op")
         print(f"| {key:34s} | {a:.3f} | {b:.3f} | {b / a:.3f} | {median(sides.get('A'), 'copy'):.3f} | "
               f"{median(sides.get('B'), 'copy'):.3f} |")
+    if failures:
+        sys.exit(f"{failures} benchmark run(s) failed: the table lacks their passes")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,10 @@
-"""The benchmark's command line: its help prints (argparse formats every help string)."""
+"""The benchmark command lines: the benchmark's help prints (argparse formats every help string),
+and benchmarks/ab_env.py times both sides, refuses a malformed group and fails when a run fails."""
 import importlib.util
+import json
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -23,10 +27,6 @@ AB_ENV = BENCH.parent / "ab_env.py"
 
 def test_ab_env_runs_both_sides(tmp_path):
     """benchmarks/ab_env.py: one pass, two environments, each shape timed on both sides."""
-    import json
-    import subprocess
-    import sys
-
     out = tmp_path / "ab.json"
     run = subprocess.run([sys.executable, str(AB_ENV), str(out), "1",
                           "g;bfloat16;2x256,3x384;FP8NORM_CPU_ISA=baseline;"],
@@ -40,9 +40,14 @@ def test_ab_env_runs_both_sides(tmp_path):
 
 
 def test_ab_env_rejects_a_malformed_group(tmp_path):
-    import subprocess
-    import sys
-
     run = subprocess.run([sys.executable, str(AB_ENV), str(tmp_path / "ab.json"), "1", "g;bfloat16;2x256"],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode != 0 and "name;dtype;shapes;ENV_A;ENV_B" in run.stderr
+
+
+def test_ab_env_fails_when_a_run_fails(tmp_path):
+    """A side whose benchmark run fails makes the exit status non-zero (no silent half table)."""
+    run = subprocess.run([sys.executable, str(AB_ENV), str(tmp_path / "ab.json"), "1",
+                          "g;bfloat16;2x256;;FP8NORM_CPU_ISA=no-such-isa"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0 and "1 benchmark run(s) failed" in run.stderr
