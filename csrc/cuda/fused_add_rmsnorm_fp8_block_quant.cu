@@ -187,7 +187,12 @@ const Switches& switches() {
 //                       with 2 CTAs per row). Rows of at most 896 vectors the rule would split
 //                       in two stay one CTA (its kernel: row_vec1 below), and without PDL
 //                       (sm_90+, FP8NORM_PDL=0) so do all rows of at most 512 vectors (the
-//                       lean kernel). v37, one binary, against the old split, µs: without
+//                       lean kernel), and with PDL rows of at most 1536 elements (float32 H <=
+//                       1536: 384 vectors of 4 elements each, where a slice gains less than in
+//                       2-byte types; v38: 1 x 1152 1.41 -> 1.24, 24 x 1152 1.57 -> 1.44, 32 x
+//                       1536 1.66 -> 1.57; bf16 rows of 288..384 vectors stay split: 1 x 2304
+//                       -1.4%, 16 x 2560 -0.8%, 1 x 3072 +3.2%, 16 x 3072 +3.6%, though 32 x 2560
+//                       -6.9%). v37, one binary, against the old split, µs: without
 //                       PDL bf16 64 x 3072 2.88 -> 2.45, 64 x 4096 3.04 -> 2.70, 64 x 7168
 //                       3.51 -> 3.38, 1 x 2560 2.41 -> 2.10, 1 x 4096 2.38 -> 2.32, 16 x 4096
 //                       2.45 -> 2.44, float32 64 x 1152 2.69 -> 2.12, 16 x 2048 2.39 -> 2.22;
@@ -250,6 +255,7 @@ constexpr int64_t kWholeRow = 256;    // cluster: see the table above
 constexpr int64_t kLongSlice = 4096;  // cluster: see the table above
 constexpr int64_t kPairVecs = 896;        // cluster of two: see the table above
 constexpr int64_t kNoPdlWholeVecs = 512;  // cluster without PDL: see the table above
+constexpr int64_t kWholeElems = 1536;     // cluster (elements, not vectors): see the table above
 constexpr int64_t kHugeStreamBytes = int64_t{1} << 30;  // tile prefetch: see below
 constexpr int64_t kRow1MaxRowsPerSm = 3;                 // one-row kernel: see below
 constexpr int64_t kLeanMinVecs = 128;                    // lean one-vector rows: see below
@@ -269,7 +275,8 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
     if (sw.slice_vecs > 0) {
       if (nvec > kWholeRow) cluster = std::min(kMaxCluster, pow2_at_least(ceil_div(nvec, sw.slice_vecs)));
       while (cluster > 1 && rows * cluster > int64_t{dev.sms}) cluster /= 2;
-      if ((cluster == 2 && nvec <= kPairVecs) || (!sw.pdl && nvec <= kNoPdlWholeVecs)) cluster = 1;
+      if ((cluster == 2 && nvec <= kPairVecs) || (!sw.pdl && nvec <= kNoPdlWholeVecs) || hidden <= kWholeElems)
+        cluster = 1;
       if (cluster == 1 && nvec > kLongSlice) cluster = static_cast<int>(ceil_div(nvec, kLongSlice));
     }
     if (sw.cluster > 0) cluster = sw.cluster;
@@ -391,15 +398,22 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
            (sw.row1 >= 0 ? sw.row1 == 1 : rows <= kRow1MaxRowsPerSm * dev.sms);
   // One-vector one-tile one-row CTAs (decode rows of one CTA) take their own lean kernel
   // (Layout::kRowVec1, kernel.cuh: row_vec1_kernel, fewer instructions per thread; the launcher
-  // takes it for aligned rows only), except with PDL in CTAs of under 512 threads, one per SM at
-  // most. Same binary, two passes (v32), µs: without PDL 4.6-11% faster at M = 128, H 1152..8192
-  // (128 x 8192 4.53 -> 4.03, 128 x 2048 2.65 -> 2.48), 6.7-7.5% at 256 / 512 x 2048 and 256 x
-  // 4096, 4% at 1 x 2048; with PDL 2.5-6% faster in CTAs of 512 threads or more (128 x 8192
-  // 3.58 -> 3.42, 128 x 4096 2.64 -> 2.49, 256 x 4096 3.40 -> 3.31) and 1.5-5% with more rows
-  // than SMs (256 x 2048 2.50 -> 2.38), but 1.6-6% slower in the one-wave grids of smaller CTAs
-  // (1 x 1152 1.43 -> 1.51, 128 x 1152 1.74 -> 1.84, 1 x 2048 / 128 x 2048 +2.5 / +1.6%), where
-  // a call is a chain of latencies and the PDL wait hides the old kernel's longer prologue.
-  c.row_vec1 = sw.row_vec1 >= 0 ? sw.row_vec1 == 1 : !c.pdl || c.threads_x >= 512 || rows > dev.sms;
+  // takes it for aligned rows only), except with PDL in CTAs of under 512 threads with idle
+  // lanes, one per SM at most. Same binary, two passes (v32), µs: without PDL 4.6-11% faster at M
+  // = 128, H 1152..8192 (128 x 8192 4.53 -> 4.03, 128 x 2048 2.65 -> 2.48), 6.7-7.5% at 256 / 512
+  // x 2048 and 256 x 4096, 4% at 1 x 2048; with PDL 2.5-6% faster in CTAs of 512 threads or more
+  // (128 x 8192 3.58 -> 3.42, 128 x 4096 2.64 -> 2.49, 256 x 4096 3.40 -> 3.31) and 1.5-5% with
+  // more rows than SMs (256 x 2048 2.50 -> 2.38), but 1.6-6% slower in the one-wave grids of
+  // smaller CTAs (1 x 1152 1.43 -> 1.51, 128 x 1152 1.74 -> 1.84, 1 x 2048 / 128 x 2048 +2.5 /
+  // +1.6%), where a call is a chain of latencies and the PDL wait hides the old kernel's longer
+  // prologue.
+  // Since the FULL kernel (below, v36) rows of whole warps are faster lean there too. Same
+  // binary, three passes (v38), with PDL: 128 x 2048 1.91 -> 1.84 (-3.8%), 64 x 2560 / 3072
+  // -3.4 / -3.7%, float32 1 x 1024 1.29 -> 1.22, 128 x 1024 1.80 -> 1.67 (-7.5%), 64 x 1152
+  // -6.1%; level at 1 / 16 / 64 x 2048; rows with idle lanes still slower (1 x 1152 1.37 ->
+  // 1.45, 128 x 1152 1.74 -> 1.81).
+  c.row_vec1 = sw.row_vec1 >= 0 ? sw.row_vec1 == 1
+                                : !c.pdl || c.threads_x >= 512 || rows > dev.sms || svec == c.threads_x;
   // Rows of whole warps (H / VEC == threads_x) in Layout::kRowVec1 take the FULL kernel (no
   // `valid` predicate: no branch around the loads and the sums), except the lean rows of grids
   // of many rows. Same binary, three passes (v36), bf16 µs, with PDL: 128 x 4096 2.46 -> 2.33
