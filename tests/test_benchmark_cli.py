@@ -46,8 +46,10 @@ def test_ab_env_rejects_a_malformed_group(tmp_path):
 
 
 def test_ab_env_fails_when_a_run_fails(tmp_path):
-    """A side whose benchmark run fails makes the exit status non-zero (no silent half table)."""
+    """A side whose benchmark run fails makes the exit status non-zero (no silent half table).
+    B's interpreter cannot start (no standard library under PYTHONHOME): a failure on every
+    machine, CPU or GPU."""
     run = subprocess.run([sys.executable, str(AB_ENV), str(tmp_path / "ab.json"), "1",
-                          "g;bfloat16;2x256;;FP8NORM_CPU_ISA=no-such-isa"],
+                          "g;bfloat16;2x256;;PYTHONHOME=/nonexistent"],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode != 0 and "1 benchmark run(s) failed" in run.stderr
