@@ -399,11 +399,11 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // One-vector one-tile one-row CTAs (decode rows of one CTA) take their own lean kernel
   // (Layout::kRowVec1, kernel.cuh: row_vec1_kernel, fewer instructions per thread; the launcher
   // takes it for aligned rows only), except with PDL in CTAs of under 512 threads with idle
-  // lanes, one per SM at most. Same binary, two passes (v32), µs: without PDL 4.6-11% faster at M
-  // = 128, H 1152..8192 (128 x 8192 4.53 -> 4.03, 128 x 2048 2.65 -> 2.48), 6.7-7.5% at 256 / 512
-  // x 2048 and 256 x 4096, 4% at 1 x 2048; with PDL 2.5-6% faster in CTAs of 512 threads or more
-  // (128 x 8192 3.58 -> 3.42, 128 x 4096 2.64 -> 2.49, 256 x 4096 3.40 -> 3.31) and 1.5-5% with
-  // more rows than SMs (256 x 2048 2.50 -> 2.38), but 1.6-6% slower in the one-wave grids of
+  // lanes, one per SM at most. Same binary, two passes (v32), µs: without PDL 4.6-11% faster at
+  // M = 128, H 1152..8192 (128 x 8192 4.53 -> 4.03, 128 x 2048 2.65 -> 2.48), 6.7-7.5% at 256 /
+  // 512 x 2048 and 256 x 4096, 4% at 1 x 2048; with PDL 2.5-6% faster in CTAs of 512 threads or
+  // more (128 x 8192 3.58 -> 3.42, 128 x 4096 2.64 -> 2.49, 256 x 4096 3.40 -> 3.31) and 1.5-5%
+  // with more rows than SMs (256 x 2048 2.50 -> 2.38), but 1.6-6% slower in the one-wave grids of
   // smaller CTAs (1 x 1152 1.43 -> 1.51, 128 x 1152 1.74 -> 1.84, 1 x 2048 / 128 x 2048 +2.5 /
   // +1.6%), where a call is a chain of latencies and the PDL wait hides the old kernel's longer
   // prologue.
@@ -412,8 +412,8 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // -3.4 / -3.7%, float32 1 x 1024 1.29 -> 1.22, 128 x 1024 1.80 -> 1.67 (-7.5%), 64 x 1152
   // -6.1%; level at 1 / 16 / 64 x 2048; rows with idle lanes still slower (1 x 1152 1.37 ->
   // 1.45, 128 x 1152 1.74 -> 1.81).
-  c.row_vec1 = sw.row_vec1 >= 0 ? sw.row_vec1 == 1
-                                : !c.pdl || c.threads_x >= 512 || rows > dev.sms || svec == c.threads_x;
+  const bool whole_warps = svec == c.threads_x;  // one vector per thread, no idle lane
+  c.row_vec1 = sw.row_vec1 >= 0 ? sw.row_vec1 == 1 : !c.pdl || c.threads_x >= 512 || rows > dev.sms || whole_warps;
   // Rows of whole warps (H / VEC == threads_x) in Layout::kRowVec1 take the FULL kernel (no
   // `valid` predicate: no branch around the loads and the sums), except the lean rows of grids
   // of many rows. Same binary, three passes (v36), bf16 µs, with PDL: 128 x 4096 2.46 -> 2.33
@@ -422,7 +422,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // 2.08 (-3.2%); level (within the runs' spread) at 1 x 4096 and float32 1 / 128 x 1152. But in
   // lean grids of many rows 0.3-1.2% slower (16384 x 4096 152.2 -> 153.8, 4096 x 4096 39.0 ->
   // 39.4 / 39.7 -> 40.1 without PDL, 16384 x 2048 76.6 -> 77.0).
-  c.full_rows = (sw.full_rows >= 0 ? sw.full_rows == 1 : !lean) && svec == c.threads_x;
+  c.full_rows = (sw.full_rows >= 0 ? sw.full_rows == 1 : !lean) && whole_warps;
   return c;
 }
 
