@@ -8,7 +8,8 @@ L2 prefetch of a slice's later tiles in every grid, plain (unhinted) or cache-hi
 accesses in every grid, one-row CTAs in their own kernel or in the several-row one, the
 block-scale stores with the L2 line policy (evict_last, then demoted) in a short grid or without it,
 grids of many rows in lean one-vector rows or in 4-vector rows only, and lean rows of whole
-warps in the kernel for rows with idle lanes or in their own one in every launch.
+warps in the kernel for rows with idle lanes or in their own one in every launch, and lean
+rows of an odd number of half-warps two per CTA (the default) or one.
 Each case is checked against the full contract."""
 import os
 import subprocess
@@ -60,7 +61,10 @@ SWITCHES = [
                                                  # (2048 x 1024)
     {"FP8NORM_TUNE": "lean=1024,hints=1,demote=1"},  # lean one-vector rows up to 1024 vectors, with
                                                      # PDL in L2, hinted: block-scale lines demoted
-                                                     # ~32 rows later (4096 x 1152, "tma")
+                                                     # ~32 rows later (4096 x 1152, "tma"; two
+                                                     # rows per CTA)
+    {"FP8NORM_TUNE": "pair=0"},                  # lean rows of an odd number of half-warps one per
+                                                 # CTA, with idle lanes (default: two per CTA)
 ]
 
 # Shapes x options: odd block counts (1152: 9 blocks; 1408: 11, in half-warp rows of 48 threads
@@ -70,7 +74,8 @@ SWITCHES = [
 # their named per-row barriers), scale columns of whole 128-byte lines (2048 x 2048, "scaled_mm":
 # the block-scale line policy where demote=P brings it into a short grid), and grids of many rows of
 # 128..512 vectors (1030 x 1408, 2048 x 1024, 4096 x 1152: lean one-vector rows, the last with whole
-# scale lines).
+# scale lines); lean rows of an odd number of half-warps (2047 x 1152, 1031 x 1408: two per CTA
+# by default, odd M; 2049 x 1152 unaligned).
 CASES = """
 import torch
 from fp8norm_testing import Case, check_case
@@ -81,6 +86,11 @@ for dtype in (torch.bfloat16, torch.float32, torch.float16):
         check_case(Case("cuda", dtype, m, h, fused=i % 3 != 2, pad=(0, 1, 128)[i % 3],
                         ue8m0=i % 2 == 0, weight_fp32=i % 4 == 1, normed_none=i % 5 == 3,
                         layout=("tma", "scaled_mm", "row_major")[i % 3]))
+    # Lean rows of an odd number of half-warps, two per CTA by default, with an odd M (the last
+    # CTA's second row past M), and one unaligned (no lean rows).
+    if dtype != torch.float32:
+        for m, h, pad, wf, nn in [(2047, 1152, 0, False, False), (1031, 1408, 128, True, True), (2049, 1152, 1, False, False)]:
+            check_case(Case("cuda", dtype, m, h, fused=True, pad=pad, weight_fp32=wf, normed_none=nn, layout="tma"))
 torch.cuda.synchronize()
 print("ok")
 """
@@ -92,3 +102,37 @@ def test_contract_under_launch_switch(switches):
     env = {**os.environ, **switches, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-c", CASES], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
+
+
+# Which kernel a launch takes, read from the profiler's kernel names: lean rows of an odd number
+# of half-warps (bf16 2047 x 1152: 144 vectors) run row_vec1_kernel with PAIR (its last template
+# argument) by default, and without it under FP8NORM_TUNE=pair=0.
+KERNEL_NAMES = """
+import torch
+from torch.profiler import ProfilerActivity, profile
+import torch_fp8norm
+x = torch.randn(2047, 1152, device="cuda", dtype=torch.bfloat16)
+r = torch.randn_like(x)
+w = torch.randn(1152, device="cuda", dtype=torch.bfloat16)
+torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r, w)
+torch.cuda.synchronize()
+with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r, w)
+    torch.cuda.synchronize()
+print("\\n".join(sorted({e.name for e in prof.events() if "fp8norm" in e.name})))
+"""
+
+
+@pytest.mark.parametrize("pair", [None, "0"])
+def test_lean_rows_two_per_cta_taken(pair):
+    env = dict(os.environ)
+    env.pop("FP8NORM_TUNE", None)
+    if pair is not None:
+        env["FP8NORM_TUNE"] = f"pair={pair}"
+    proc = subprocess.run([sys.executable, "-c", KERNEL_NAMES], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = [n for n in proc.stdout.splitlines() if "row_vec1_kernel" in n]
+    assert len(names) == 1, proc.stdout
+    # row_vec1_kernel<T, W, HAS_RES, HINTED, FULL, PAIR>(...)
+    last = names[0].split(">(")[0].rsplit(",", 1)[1].strip()
+    assert last == ("false" if pair == "0" else "true"), names[0]

@@ -104,7 +104,9 @@ const DeviceInfo& device_info(int device) {
 //                              full=0 / 1 (Layout::kRowVec1 rows of whole warps in the kernel
 //                              for rows with idle lanes, with its `valid` predicate / in their
 //                              own FULL kernel, without it, in every launch; default: FULL
-//                              except the lean rows of grids of many rows)
+//                              except the lean rows of grids of many rows),
+//                              pair=0 (lean rows of an odd number of half-warps one per CTA,
+//                              with idle lanes, instead of two per CTA)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
@@ -124,6 +126,7 @@ struct Switches {
   int row_vec1 = -1;       // -1: from the table (Layout::kRowVec1)
   int lean_vecs = -1;      // -1: from the table (lean one-vector rows in grids of many rows)
   int full_rows = -1;      // -1: from the table (kRowVec1 rows of whole warps: FULL kernel)
+  bool pair_rows = true;   // two lean rows per CTA where a row is an odd number of half-warps
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -161,6 +164,7 @@ const Switches& switches() {
       s.row_vec1 = std::clamp(tune_value(spec, "rowvec1", -1), -1, 1);
       s.lean_vecs = std::clamp(tune_value(spec, "lean", -1), -1, 1024);
       s.full_rows = std::clamp(tune_value(spec, "full", -1), -1, 1);
+      s.pair_rows = tune_value(spec, "pair", 1) != 0;
     }
     return s;
   }();
@@ -260,6 +264,7 @@ constexpr int64_t kHugeStreamBytes = int64_t{1} << 30;  // tile prefetch: see be
 constexpr int64_t kRow1MaxRowsPerSm = 3;                 // one-row kernel: see below
 constexpr int64_t kLeanMinVecs = 128;                    // lean one-vector rows: see below
 constexpr int64_t kLeanMaxVecs = 512;
+constexpr int64_t kLeanPairMaxThreads = 512;             // two lean rows per CTA: see below
 // Cache hints: see below.
 constexpr int64_t kL2PlainMinBytes = int64_t{15} << 19;  // 7.5 MiB
 constexpr int64_t kL2PlainMaxPercent = 72;
@@ -337,6 +342,17 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // Fewer threads than threads_x only when the row is one tile (threads_x was not capped).
   const int64_t half_row_threads = ceil_div(ceil_div(svec, c.vpt), 16) * 16;
   const bool lean = lean_rows && c.vpt == 1 && sw.row_threads == 0;
+  // Two lean rows per CTA where a row is an odd number of half-warps (2-byte types, an odd
+  // number of 1x128 blocks: H = 1152 is 144 vectors), in CTAs of at most 512 threads: 9 whole
+  // warps for two rows instead of 5 warps with 16 idle lanes for one (row_vec1_kernel's PAIR).
+  // Same binary, two passes (v39), bf16 µs, with PDL: 1024 x 1152 3.76 -> 3.52 (-6.6%), 2048 x
+  // 1152 5.66 -> 5.53, 3168 x 1152 7.77 -> 7.28 (-6.3%), 8192 / 16384 / 32768 x 1152 -2.2 / -0.9
+  // / -0.9% (without normed_out -1.2 / -4.7 / -4.7%), 1024 / 2048 x 1408 -7.1 / -3.3%, 2048 x
+  // 1920 -1.3%; float16 2048 x 1152 -1.2%; without PDL 2048 x 1152 -1.8%, 16384 x 1152 level
+  // (without normed_out -3.4%). Not at 2048 x 3968 (496 vectors, 992 threads): level, and 7.7%
+  // slower without normed_out (14.82 -> 15.97).
+  c.pair_rows = lean && sw.pair_rows && sw.row_vec1 != 0 && svec % 32 != 0 && 2 * svec <= kLeanPairMaxThreads;
+  if (c.pair_rows) c.threads_x = static_cast<int>(svec);
   if (sw.half_warps && !lean && sw.row_threads == 0 && c.shape.cluster == 1 && lanes_per_block <= 16 &&
       half_row_threads < c.threads_x && half_row_threads <= 256 && cta_threads / half_row_threads >= 2) {
     c.threads_x = static_cast<int>(half_row_threads);
@@ -357,7 +373,8 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   }
   c.shape.weight_in_pass1 = !(c.shape.cluster == 1 && c.threads_x > 512);
   if (sw.weight_pass > 0) c.shape.weight_in_pass1 = sw.weight_pass == 1;
-  c.rows_per_cta = c.shape.ntiles == 1 && c.shape.cluster == 1 && !lean ? std::max(1, cta_threads / c.threads_x) : 1;
+  c.rows_per_cta = c.pair_rows ? 2
+                   : c.shape.ntiles == 1 && c.shape.cluster == 1 && !lean ? std::max(1, cta_threads / c.threads_x) : 1;
   if (c.half_warp_rows()) c.rows_per_cta &= ~1;  // half-warp rows: whole warps per CTA
   const size_t red_bytes = reduction_smem_bytes(c.rows_per_cta);
   const size_t stash_bytes = static_cast<size_t>(svec * 16);
@@ -422,7 +439,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // 2.08 (-3.2%); level (within the runs' spread) at 1 x 4096 and float32 1 / 128 x 1152. But in
   // lean grids of many rows 0.3-1.2% slower (16384 x 4096 152.2 -> 153.8, 4096 x 4096 39.0 ->
   // 39.4 / 39.7 -> 40.1 without PDL, 16384 x 2048 76.6 -> 77.0).
-  c.full_rows = (sw.full_rows >= 0 ? sw.full_rows == 1 : !lean) && whole_warps;
+  c.full_rows = (sw.full_rows >= 0 ? sw.full_rows == 1 : !lean) && whole_warps && !c.pair_rows;
   return c;
 }
 

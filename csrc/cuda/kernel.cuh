@@ -762,9 +762,20 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
 // PDL 128 x 4096 2.46 -> 2.33 µs, 256 x 2048 2.36 -> 2.24), 0.3-1.2% slower in lean grids of many
 // rows, which keep the predicate (launch_config's rule; benchmarks/NOTES.md, v36). The launch
 // bound of two CTAs per SM (<= 32 registers) was level or up to 1% faster than one (v36).
-template <typename T, typename W, bool HAS_RES, bool HINTED, bool FULL>
+// PAIR: two rows per CTA, blockDim (H / VEC, 2), for the lean rows of grids of many rows whose
+// vectors are an odd number of half-warps (2-byte types, an odd number of 1x128 blocks: H =
+// 1152 is 144 vectors, 4.5 warps): one row alone takes 160 threads with 16 idle lanes, two take
+// 288 threads, 9 whole warps, and the warp between them holds the end of the first row (lower
+// half) and the start of the second (upper half). In the L2-resident band a lean row's time
+// follows its warps more than its bytes (2048 x 1152 took as long as 2048 x 1280, five warps
+// each; benchmarks/NOTES.md, v39). The first row's sums are the one-row kernel's, in the same
+// order (there the row's last warp added exact zeros from its idle upper half); the second row's
+// partial sums are grouped by the hardware warps, so its double sum may associate differently
+// (the numerical contract allows that: rstd within its rounding).
+template <typename T, typename W, bool HAS_RES, bool HINTED, bool FULL, bool PAIR = false>
 __global__ void __launch_bounds__(max_threads_per_cta(1), FP8NORM_LEAN_MIN_CTAS)
     row_vec1_kernel(const RowArgs a, const TileShape s) {
+  static_assert(!(PAIR && FULL), "two rows per CTA keep the row predicate (the grid's last row may be past M)");
   constexpr Hint kOnce = HINTED ? Hint::kStream : Hint::kPlain;
   constexpr Hint kReuse = HINTED ? Hint::kKeep : Hint::kPlain;
   constexpr int VEC = 16 / sizeof(T);
@@ -772,18 +783,26 @@ __global__ void __launch_bounds__(max_threads_per_cta(1), FP8NORM_LEAN_MIN_CTAS)
   static_assert(LPB <= 32 && 32 % LPB == 0, "a 1x128 block must sit inside one warp");
   using C = Cvt<T>;
   extern __shared__ __align__(16) unsigned char smem[];
-  double* red = reinterpret_cast<double*>(smem);  // the warp sums (reduction_smem_bytes(1))
+  double* red = reinterpret_cast<double*>(smem);  // the warp sums (reduction_smem_bytes(1), PAIR: (2))
 
   const int tx = threadIdx.x;
-  const int64_t row = row_group_index<Layout::kWarpRows>();  // grid: one CTA per row
-  const bool valid = FULL || static_cast<unsigned>(tx) < static_cast<unsigned>(a.hidden) / VEC;  // H < 2^31
+  // grid: one CTA per row (PAIR: per two rows, threadIdx.y the row of the pair)
+  const int64_t row = PAIR ? 2 * static_cast<int64_t>(row_group_index<Layout::kWarpRows>()) + threadIdx.y
+                           : static_cast<int64_t>(row_group_index<Layout::kWarpRows>());
+  const bool valid = FULL || (PAIR ? row < a.rows : static_cast<unsigned>(tx) < static_cast<unsigned>(a.hidden) / VEC);  // H < 2^31
   const T* in = row_start<true>(static_cast<const T*>(a.input) + row * a.input_stride);
   T* res = HAS_RES ? row_start<true>(static_cast<T*>(a.residual) + row * a.residual_stride) : nullptr;
   // The L2 prefetch of the rows further on (see the kernel above; one-tile rows: no tile
   // prefetch). Its addresses from this row's pointers, so that ptxas forms those before the PDL
   // wait, as in the kernel above (formed after the wait in the first build: decode times level
   // with these; benchmarks/NOTES.md, v32).
-  if (tx == 0 && s.prefetch_ctas > 0 && row + s.prefetch_ctas < a.rows) {
+  if constexpr (PAIR) {  // two rows per CTA: the rows 2 * prefetch_ctas ahead
+    if (tx == 0 && s.prefetch_ctas > 0 && row + 2 * s.prefetch_ctas < a.rows) {
+      const uint32_t bytes = static_cast<uint32_t>(a.hidden * sizeof(T));
+      prefetch_to_l2(in + 2 * s.prefetch_ctas * a.input_stride, bytes);
+      if constexpr (HAS_RES) prefetch_to_l2(res + 2 * s.prefetch_ctas * a.residual_stride, bytes);
+    }
+  } else if (tx == 0 && s.prefetch_ctas > 0 && row + s.prefetch_ctas < a.rows) {
     const uint32_t bytes = static_cast<uint32_t>(a.hidden * sizeof(T));
     prefetch_to_l2(in + s.prefetch_ctas * a.input_stride, bytes);
     if constexpr (HAS_RES) prefetch_to_l2(res + s.prefetch_ctas * a.residual_stride, bytes);
@@ -811,13 +830,34 @@ __global__ void __launch_bounds__(max_threads_per_cta(1), FP8NORM_LEAN_MIN_CTAS)
     }
     acc = sum_of_squares(sv);
   }
+  double sum_sq;
+  if constexpr (PAIR) {
+    // Warps 0 .. sw - 1 hold the first row, warp sw its last half-warp and the second row's
+    // first, warps sw + 1 .. 2 sw the rest of the second: each row has sw + 1 partial sums (at
+    // most 16 for the half-warp butterfly below: blockDim.x <= 496; launch_config takes PAIR up
+    // to 256), red[0 ..] the first row's, red[32 ..] the second's. The shared warp skips the
+    // butterfly's step across its halves.
+    const int lin = threadIdx.y * blockDim.x + tx;
+    const int warp = lin >> 5, sw = blockDim.x >> 5;
 #pragma unroll
-  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
-  if ((tx & 31) == 0) red[tx >> 5] = acc;
-  __syncthreads();
-  double sum_sq = (tx & 31) < static_cast<int>(blockDim.x >> 5) ? red[tx & 31] : 0.0;
+    for (int off = 16; off > 0; off /= 2) {
+      const double other = __shfl_xor_sync(0xFFFFFFFFu, acc, off);
+      if (off != 16 || warp != sw) acc += other;
+    }
+    if ((lin & 31) == 0 || (warp == sw && (lin & 31) == 16)) red[threadIdx.y * 32 + warp - threadIdx.y * sw] = acc;
+    __syncthreads();
+    sum_sq = (lin & 15) <= sw ? red[threadIdx.y * 32 + (lin & 15)] : 0.0;
 #pragma unroll
-  for (int off = 16; off > 0; off /= 2) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, off);
+    for (int off = 8; off > 0; off /= 2) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, off);
+  } else {
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
+    if ((tx & 31) == 0) red[tx >> 5] = acc;
+    __syncthreads();
+    sum_sq = (tx & 31) < static_cast<int>(blockDim.x >> 5) ? red[tx & 31] : 0.0;
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, off);
+  }
   const float rstd = rstd_from_sum_of_squares_device(sum_sq, s.inv_hidden, a.eps);
 
   if (!s.weight_in_pass1 && valid) load<true, kReuse>(wv, vec_at<VEC>(static_cast<const W*>(a.weight), tx));
@@ -886,6 +926,10 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
   auto* kernel = [&] {
     if constexpr (L == Layout::kRowVec1) {
       static_assert(ALIGNED && VPT == 1, "kRowVec1: aligned one-vector rows");
+      if constexpr (sizeof(T) == 2) {  // two rows per CTA: rows of an odd number of half-warps
+        if (cfg.pair_rows) return row_vec1_kernel<T, W, HAS_RES, HINTED, false, true>;
+      }
+      TORCH_CHECK(!cfg.pair_rows, "fp8norm: two lean rows per CTA need a 2-byte type");
       return cfg.full_rows ? row_vec1_kernel<T, W, HAS_RES, HINTED, true> : row_vec1_kernel<T, W, HAS_RES, HINTED, false>;
     } else {
       return fused_add_rmsnorm_fp8_block_quant_kernel<T, W, HAS_RES, ALIGNED, VPT, L, HINTED>;
@@ -1046,6 +1090,7 @@ void launch(const RowArgs& a, const LaunchConfig& cfg, bool aligned, cudaStream_
                 launch_one<T, W, R, true, 1, Layout::kRowVec1, decltype(hinted)::value>(a, cfg, stream);
               });
             } else {
+              TORCH_CHECK(!cfg.pair_rows, "fp8norm: two lean rows per CTA need aligned rows");
               with_layout(std::integral_constant<Layout, Layout::kWarpRows>{});
             }
             break;

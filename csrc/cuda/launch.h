@@ -43,7 +43,8 @@ constexpr size_t reduction_smem_bytes(int rows_per_cta) {
 //   kRowVec1       one row per CTA, one 16-byte vector per thread (one tile), whole warps: its
 //                  own lean kernel (row_vec1_kernel, kernel.cuh), for aligned rows (the launcher
 //                  gives unaligned ones kWarpRows' kernel); the decode rows of one CTA, and
-//                  the lean rows of grids of many rows (launch_config)
+//                  the lean rows of grids of many rows (launch_config); with pair_rows two
+//                  rows per CTA of an odd number of half-warps each
 enum class Layout { kWarpRows, kHalfWarpRows, kClusterSlices, kWarpRow1, kRowVec1 };
 
 // What the kernel needs to know about the launch, besides blockDim and RowArgs.
@@ -91,6 +92,9 @@ struct LaunchConfig {
   bool full_rows = false; // the row is whole warps (its vectors == threads_x) and, in
                           // Layout::kRowVec1, takes the FULL kernel, without the `valid`
                           // predicate (launch_config's rule)
+  bool pair_rows = false; // Layout::kRowVec1 with two rows per CTA (rows_per_cta 2, threads_x
+                          // the row's vectors, an odd multiple of 16: 2-byte types; the
+                          // launcher still needs aligned rows)
   bool hinted = true;     // streaming / read-only cache hints on the 16-byte accesses; false:
                           // plain accesses (compiled for aligned rows of one CTA only: other
                           // kernels keep their hints)
@@ -99,6 +103,7 @@ struct LaunchConfig {
   bool half_warp_rows() const { return threads_x % 32 != 0; }
   Layout layout() const {
     return shape.cluster > 1      ? Layout::kClusterSlices
+           : pair_rows            ? Layout::kRowVec1
            : half_warp_rows()     ? Layout::kHalfWarpRows
            : rows_per_cta == 1 && row1 ? Layout::kWarpRow1
            : rows_per_cta == 1 && vpt == 1 && shape.ntiles == 1 && row_vec1 ? Layout::kRowVec1
