@@ -780,10 +780,11 @@ __global__ void __launch_bounds__(max_threads_per_cta(1), FP8NORM_LEAN_MIN_CTAS)
   constexpr Hint kReuse = HINTED ? Hint::kKeep : Hint::kPlain;
   constexpr int VEC = 16 / sizeof(T);
   constexpr int LPB = kBlock / VEC;
+  constexpr int kRows = PAIR ? 2 : 1;  // rows per CTA
   static_assert(LPB <= 32 && 32 % LPB == 0, "a 1x128 block must sit inside one warp");
   using C = Cvt<T>;
   extern __shared__ __align__(16) unsigned char smem[];
-  double* red = reinterpret_cast<double*>(smem);  // the warp sums (reduction_smem_bytes(1), PAIR: (2))
+  double* red = reinterpret_cast<double*>(smem);  // the warp sums (reduction_smem_bytes(kRows))
 
   const int tx = threadIdx.x;
   // grid: one CTA per row (PAIR: per two rows, threadIdx.y the row of the pair)
@@ -796,16 +797,12 @@ __global__ void __launch_bounds__(max_threads_per_cta(1), FP8NORM_LEAN_MIN_CTAS)
   // prefetch). Its addresses from this row's pointers, so that ptxas forms those before the PDL
   // wait, as in the kernel above (formed after the wait in the first build: decode times level
   // with these; benchmarks/NOTES.md, v32).
-  if constexpr (PAIR) {  // two rows per CTA: the rows 2 * prefetch_ctas ahead
-    if (tx == 0 && s.prefetch_ctas > 0 && row + 2 * s.prefetch_ctas < a.rows) {
-      const uint32_t bytes = static_cast<uint32_t>(a.hidden * sizeof(T));
-      prefetch_to_l2(in + 2 * s.prefetch_ctas * a.input_stride, bytes);
-      if constexpr (HAS_RES) prefetch_to_l2(res + 2 * s.prefetch_ctas * a.residual_stride, bytes);
-    }
-  } else if (tx == 0 && s.prefetch_ctas > 0 && row + s.prefetch_ctas < a.rows) {
+  // The distance scaled inside the test (kRows rows per CTA): computed before it, the distance
+  // changed every lean kernel's code (benchmarks/NOTES.md, v39).
+  if (tx == 0 && s.prefetch_ctas > 0 && row + s.prefetch_ctas * kRows < a.rows) {
     const uint32_t bytes = static_cast<uint32_t>(a.hidden * sizeof(T));
-    prefetch_to_l2(in + s.prefetch_ctas * a.input_stride, bytes);
-    if constexpr (HAS_RES) prefetch_to_l2(res + s.prefetch_ctas * a.residual_stride, bytes);
+    prefetch_to_l2(in + s.prefetch_ctas * kRows * a.input_stride, bytes);
+    if constexpr (HAS_RES) prefetch_to_l2(res + s.prefetch_ctas * kRows * a.residual_stride, bytes);
   }
 
   wait_previous_grid(s.release_early);
