@@ -106,10 +106,7 @@ const DeviceInfo& device_info(int device) {
 //                              own FULL kernel, without it, in every launch; default: FULL
 //                              except the lean rows of grids of many rows),
 //                              pair=0 (lean rows of an odd number of half-warps one per CTA,
-//                              with idle lanes, instead of two per CTA),
-//                              loop=<groups> (lean rows in CTAs of at most 512 threads: that
-//                              many row groups per CTA, in a loop that loads the next group
-//                              while it reduces and writes the one before; default 1)
+//                              with idle lanes, instead of two per CTA)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
@@ -130,7 +127,6 @@ struct Switches {
   int lean_vecs = -1;      // -1: from the table (lean one-vector rows in grids of many rows)
   int full_rows = -1;      // -1: from the table (kRowVec1 rows of whole warps: FULL kernel)
   bool pair_rows = true;   // two lean rows per CTA where a row is an odd number of half-warps
-  int lean_groups = 1;     // lean rows: row groups per CTA (a loop; 1: one)
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -169,7 +165,6 @@ const Switches& switches() {
       s.lean_vecs = std::clamp(tune_value(spec, "lean", -1), -1, 1024);
       s.full_rows = std::clamp(tune_value(spec, "full", -1), -1, 1);
       s.pair_rows = tune_value(spec, "pair", 1) != 0;
-      s.lean_groups = std::clamp(tune_value(spec, "loop", s.lean_groups), 1, 64);
     }
     return s;
   }();
@@ -445,11 +440,6 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // lean grids of many rows 0.3-1.2% slower (16384 x 4096 152.2 -> 153.8, 4096 x 4096 39.0 ->
   // 39.4 / 39.7 -> 40.1 without PDL, 16384 x 2048 76.6 -> 77.0).
   c.full_rows = (sw.full_rows >= 0 ? sw.full_rows == 1 : !lean) && whole_warps && !c.pair_rows;
-  if (lean && c.layout() == Layout::kRowVec1 && !c.full_rows &&
-      c.threads_x * c.rows_per_cta <= kLeanLoopMaxThreads) {
-    c.lean_groups = sw.lean_groups;
-    c.smem_bytes = reduction_smem_bytes(2 * c.rows_per_cta);  // two buffers of warp sums
-  }
   return c;
 }
 

@@ -772,12 +772,10 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
 // order (there the row's last warp added exact zeros from its idle upper half); the second row's
 // partial sums are grouped by the hardware warps, so its double sum may associate differently
 // (the numerical contract allows that: rstd within its rounding).
-template <typename T, typename W, bool HAS_RES, bool HINTED, bool FULL, bool PAIR = false, bool LOOP = false>
-__global__ void __launch_bounds__(LOOP ? kLeanLoopMaxThreads : max_threads_per_cta(1),
-                                  LOOP ? kLeanLoopMinCtas : FP8NORM_LEAN_MIN_CTAS)
+template <typename T, typename W, bool HAS_RES, bool HINTED, bool FULL, bool PAIR = false>
+__global__ void __launch_bounds__(max_threads_per_cta(1), FP8NORM_LEAN_MIN_CTAS)
     row_vec1_kernel(const RowArgs a, const TileShape s) {
   static_assert(!(PAIR && FULL), "two rows per CTA keep the row predicate (the grid's last row may be past M)");
-  static_assert(!(LOOP && FULL), "row groups in a loop: the lean rows of grids of many rows (not FULL)");
   constexpr Hint kOnce = HINTED ? Hint::kStream : Hint::kPlain;
   constexpr Hint kReuse = HINTED ? Hint::kKeep : Hint::kPlain;
   constexpr int VEC = 16 / sizeof(T);
@@ -789,12 +787,10 @@ __global__ void __launch_bounds__(LOOP ? kLeanLoopMaxThreads : max_threads_per_c
   double* red = reinterpret_cast<double*>(smem);  // the warp sums (reduction_smem_bytes(kRows))
 
   const int tx = threadIdx.x;
-  // grid: one CTA per row (PAIR: per two rows, threadIdx.y the row of the pair); LOOP: CTA c
-  // takes the row groups c, c + gridDim.x, c + 2 gridDim.x, ... and loads each group's rows
-  // while it reduces and writes the group before.
-  int64_t row = PAIR ? 2 * static_cast<int64_t>(row_group_index<Layout::kWarpRows>()) + threadIdx.y
-                     : static_cast<int64_t>(row_group_index<Layout::kWarpRows>());
-  bool valid = FULL || (PAIR ? row < a.rows : static_cast<unsigned>(tx) < static_cast<unsigned>(a.hidden) / VEC);  // H < 2^31
+  // grid: one CTA per row (PAIR: per two rows, threadIdx.y the row of the pair)
+  const int64_t row = PAIR ? 2 * static_cast<int64_t>(row_group_index<Layout::kWarpRows>()) + threadIdx.y
+                           : static_cast<int64_t>(row_group_index<Layout::kWarpRows>());
+  const bool valid = FULL || (PAIR ? row < a.rows : static_cast<unsigned>(tx) < static_cast<unsigned>(a.hidden) / VEC);  // H < 2^31
   const T* in = row_start<true>(static_cast<const T*>(a.input) + row * a.input_stride);
   T* res = HAS_RES ? row_start<true>(static_cast<T*>(a.residual) + row * a.residual_stride) : nullptr;
   // The L2 prefetch of the rows further on (see the kernel above; one-tile rows: no tile
@@ -817,119 +813,78 @@ __global__ void __launch_bounds__(LOOP ? kLeanLoopMaxThreads : max_threads_per_c
   if (valid) {
     load<true, kOnce>(sv, vec_at<VEC>(in, tx));
     if constexpr (HAS_RES) load<true, kOnce>(vres, vec_at<VEC>(res, tx));
-    if (LOOP || s.weight_in_pass1) load<true, kReuse>(wv, vec_at<VEC>(static_cast<const W*>(a.weight), tx));
+    if (s.weight_in_pass1) load<true, kReuse>(wv, vec_at<VEC>(static_cast<const W*>(a.weight), tx));
   } else {
     opaque_fill(sv);
     opaque_fill(wv);
   }
-  for (int it = 0;; ++it) {
-    // LOOP: the next group's rows, loaded before this group's reduction (every thread of the
-    // CTA agrees on `more`: it is the group's, not the row's).
-    [[maybe_unused]] const int64_t step = static_cast<int64_t>(gridDim.x) * kRows;
-    [[maybe_unused]] bool more = false, next_valid = false;
-    [[maybe_unused]] Pack<T, VEC> next_sv, next_res;
-    if constexpr (LOOP) {
-      more = row - (PAIR ? threadIdx.y : 0) + step < a.rows;
-      next_valid = more && (PAIR ? row + step < a.rows : valid);
-      if (next_valid) {
-        load<true, kOnce>(next_sv, vec_at<VEC>(in + step * a.input_stride, tx));
-        if constexpr (HAS_RES) load<true, kOnce>(next_res, vec_at<VEC>(res + step * a.residual_stride, tx));
-      } else {
-        opaque_fill(next_sv);
-        if constexpr (HAS_RES) opaque_fill(next_res);
-      }
+  double acc = 0.0;
+  if (valid) {
+    if constexpr (HAS_RES) {
+#pragma unroll
+      for (int e = 0; e < VEC; e += 2) C::add2(&sv.v[e], &vres.v[e]);
+      store<true, kOnce>(vec_at<VEC>(res, tx), sv);
     }
-    // LOOP: the warp sums in two buffers in turn, so that one barrier per group suffices (a
-    // warp can be one group ahead of another, not two).
-    double* red_g = LOOP ? red + (it & 1) * (32 * kRows) : red;
-    double acc = 0.0;
-    if (valid) {
-      if constexpr (HAS_RES) {
+    acc = sum_of_squares(sv);
+  }
+  double sum_sq;
+  if constexpr (PAIR) {
+    // Warps 0 .. sw - 1 hold the first row, warp sw its last half-warp and the second row's
+    // first, warps sw + 1 .. 2 sw the rest of the second: each row has sw + 1 partial sums (at
+    // most 16 for the half-warp butterfly below: blockDim.x <= 496; launch_config takes PAIR up
+    // to 256), red[0 ..] the first row's, red[32 ..] the second's. The shared warp skips the
+    // butterfly's step across its halves.
+    const int lin = threadIdx.y * blockDim.x + tx;
+    const int warp = lin >> 5, sw = blockDim.x >> 5;
 #pragma unroll
-        for (int e = 0; e < VEC; e += 2) C::add2(&sv.v[e], &vres.v[e]);
-        store<true, kOnce>(vec_at<VEC>(res, tx), sv);
-      }
-      acc = sum_of_squares(sv);
+    for (int off = 16; off > 0; off /= 2) {
+      const double other = __shfl_xor_sync(0xFFFFFFFFu, acc, off);
+      if (off != 16 || warp != sw) acc += other;
     }
-    double sum_sq;
-    if constexpr (PAIR) {
-      // Warps 0 .. sw - 1 hold the first row, warp sw its last half-warp and the second row's
-      // first, warps sw + 1 .. 2 sw the rest of the second: each row has sw + 1 partial sums (at
-      // most 16 for the half-warp butterfly below: blockDim.x <= 496; launch_config takes PAIR up
-      // to 256), red[0 ..] the first row's, red[32 ..] the second's. The shared warp skips the
-      // butterfly's step across its halves.
-      const int lin = threadIdx.y * blockDim.x + tx;
-      const int warp = lin >> 5, sw = blockDim.x >> 5;
+    if ((lin & 31) == 0 || (warp == sw && (lin & 31) == 16)) red[threadIdx.y * 32 + warp - threadIdx.y * sw] = acc;
+    __syncthreads();
+    sum_sq = (lin & 15) <= sw ? red[threadIdx.y * 32 + (lin & 15)] : 0.0;
 #pragma unroll
-      for (int off = 16; off > 0; off /= 2) {
-        const double other = __shfl_xor_sync(0xFFFFFFFFu, acc, off);
-        if (off != 16 || warp != sw) acc += other;
-      }
-      if ((lin & 31) == 0 || (warp == sw && (lin & 31) == 16)) red_g[threadIdx.y * 32 + warp - threadIdx.y * sw] = acc;
-      __syncthreads();
-      sum_sq = (lin & 15) <= sw ? red_g[threadIdx.y * 32 + (lin & 15)] : 0.0;
+    for (int off = 8; off > 0; off /= 2) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, off);
+  } else {
 #pragma unroll
-      for (int off = 8; off > 0; off /= 2) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, off);
-    } else {
+    for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
+    if ((tx & 31) == 0) red[tx >> 5] = acc;
+    __syncthreads();
+    sum_sq = (tx & 31) < static_cast<int>(blockDim.x >> 5) ? red[tx & 31] : 0.0;
 #pragma unroll
-      for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
-      if ((tx & 31) == 0) red_g[tx >> 5] = acc;
-      __syncthreads();
-      sum_sq = (tx & 31) < static_cast<int>(blockDim.x >> 5) ? red_g[tx & 31] : 0.0;
-#pragma unroll
-      for (int off = 16; off > 0; off /= 2) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, off);
-    }
-    const float rstd = rstd_from_sum_of_squares_device(sum_sq, s.inv_hidden, a.eps);
+    for (int off = 16; off > 0; off /= 2) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, off);
+  }
+  const float rstd = rstd_from_sum_of_squares_device(sum_sq, s.inv_hidden, a.eps);
 
-    if (!LOOP && !s.weight_in_pass1 && valid) load<true, kReuse>(wv, vec_at<VEC>(static_cast<const W*>(a.weight), tx));
-    Pack<T, VEC> nv;
-    float g[VEC];
-    const uint32_t amax = normalize_vec(sv, wv, rstd, nv, g);
-    if (valid && a.normed != nullptr) {
-      store<true, kOnce>(vec_at<VEC>(row_start<true>(static_cast<T*>(a.normed) + row * a.normed_stride), tx), nv);
-    }
-    uint32_t words[VEC / 4];
-    const float scale = quantize_vec<VEC, LPB, false>(g, amax, a.ue8m0, words);
-    if (valid) {
-      uint8_t* out = row_start<true>(static_cast<uint8_t*>(a.out) + row * a.out_stride);
-      store_fp8<true, VEC, kOnce>(vec_at<VEC>(out, tx), words);
-      if (tx % LPB == 0) {
-        float* p = a.block_scale + row * a.scale_stride_row + (tx / LPB) * a.scale_stride_col;
-        // The line policy only in grids where some rows keep their lines (scale_keep_rows > 0):
-        // with none (decode grids, short grids) every store would be an evict_normal one, which a
-        // plain store is, and the policy path costs each warp ~35 more instructions at the end of
-        // its chain (same binary, a runtime switch, one pass: 128 x 8192 3.45 -> 3.39 µs with PDL,
-        // 4.05 / 4.10 -> 3.99 without; against the build before, five passes: level with PDL, 0.4%
-        // faster without; benchmarks/NOTES.md, v34).
-        bool stored = false;
-        if constexpr (FP8NORM_SM90 && scale_line_policy<1, Layout::kRowVec1, HINTED>()) {
-          if (s.scale_keep_rows > 0) {
-            store_scale(p, scale, scale_store_policy(row < s.scale_keep_rows));
-            demote_scale_line_if(scale_line_demoter(row, s.scale_demote_rows, s.scale_keep_rows), p, s.scale_demote_rows);
-            if constexpr (!LOOP) return;
-            stored = true;
-          }
+  if (!s.weight_in_pass1 && valid) load<true, kReuse>(wv, vec_at<VEC>(static_cast<const W*>(a.weight), tx));
+  Pack<T, VEC> nv;
+  float g[VEC];
+  const uint32_t amax = normalize_vec(sv, wv, rstd, nv, g);
+  if (valid && a.normed != nullptr) {
+    store<true, kOnce>(vec_at<VEC>(row_start<true>(static_cast<T*>(a.normed) + row * a.normed_stride), tx), nv);
+  }
+  uint32_t words[VEC / 4];
+  const float scale = quantize_vec<VEC, LPB, false>(g, amax, a.ue8m0, words);
+  if (valid) {
+    uint8_t* out = row_start<true>(static_cast<uint8_t*>(a.out) + row * a.out_stride);
+    store_fp8<true, VEC, kOnce>(vec_at<VEC>(out, tx), words);
+    if (tx % LPB == 0) {
+      float* p = a.block_scale + row * a.scale_stride_row + (tx / LPB) * a.scale_stride_col;
+      // The line policy only in grids where some rows keep their lines (scale_keep_rows > 0):
+      // with none (decode grids, short grids) every store would be an evict_normal one, which a
+      // plain store is, and the policy path costs each warp ~35 more instructions at the end of
+      // its chain (same binary, a runtime switch, one pass: 128 x 8192 3.45 -> 3.39 µs with PDL,
+      // 4.05 / 4.10 -> 3.99 without; against the build before, five passes: level with PDL, 0.4%
+      // faster without; benchmarks/NOTES.md, v34).
+      if constexpr (FP8NORM_SM90 && scale_line_policy<1, Layout::kRowVec1, HINTED>()) {
+        if (s.scale_keep_rows > 0) {
+          store_scale(p, scale, scale_store_policy(row < s.scale_keep_rows));
+          demote_scale_line_if(scale_line_demoter(row, s.scale_demote_rows, s.scale_keep_rows), p, s.scale_demote_rows);
+          return;
         }
-        if (!stored) *p = scale;
       }
-    }
-    if constexpr (!LOOP) {
-      break;
-    } else {
-      if (!more) break;
-      row += step;
-      valid = next_valid;
-      in += step * a.input_stride;
-      if constexpr (HAS_RES) {
-        res += step * a.residual_stride;
-        vres = next_res;
-      }
-      sv = next_sv;
-      if (tx == 0 && s.prefetch_ctas > 0 && row + s.prefetch_ctas * kRows < a.rows) {
-        const uint32_t bytes = static_cast<uint32_t>(a.hidden * sizeof(T));
-        prefetch_to_l2(in + s.prefetch_ctas * kRows * a.input_stride, bytes);
-        if constexpr (HAS_RES) prefetch_to_l2(res + s.prefetch_ctas * kRows * a.residual_stride, bytes);
-      }
+      *p = scale;
     }
   }
 }
@@ -968,17 +923,10 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
   auto* kernel = [&] {
     if constexpr (L == Layout::kRowVec1) {
       static_assert(ALIGNED && VPT == 1, "kRowVec1: aligned one-vector rows");
-      const bool loop = cfg.lean_groups > 1;
-      TORCH_CHECK(!loop || (!cfg.full_rows && cfg.threads_x * cfg.rows_per_cta <= kLeanLoopMaxThreads),
-                  "fp8norm: row groups in a loop are for lean rows of at most ", kLeanLoopMaxThreads, " threads");
       if constexpr (sizeof(T) == 2) {  // two rows per CTA: rows of an odd number of half-warps
-        if (cfg.pair_rows) {
-          return loop ? row_vec1_kernel<T, W, HAS_RES, HINTED, false, true, true>
-                      : row_vec1_kernel<T, W, HAS_RES, HINTED, false, true>;
-        }
+        if (cfg.pair_rows) return row_vec1_kernel<T, W, HAS_RES, HINTED, false, true>;
       }
       TORCH_CHECK(!cfg.pair_rows, "fp8norm: two lean rows per CTA need a 2-byte type");
-      if (loop) return row_vec1_kernel<T, W, HAS_RES, HINTED, false, false, true>;
       return cfg.full_rows ? row_vec1_kernel<T, W, HAS_RES, HINTED, true> : row_vec1_kernel<T, W, HAS_RES, HINTED, false>;
     } else {
       return fused_add_rmsnorm_fp8_block_quant_kernel<T, W, HAS_RES, ALIGNED, VPT, L, HINTED>;
@@ -989,8 +937,7 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
                                         static_cast<int>(cfg.smem_bytes)));
   }
   TORCH_CHECK(a.hidden < (int64_t{1} << 31), "fp8norm: H must be below 2^31, got ", to_str(a.hidden));
-  const int64_t groups = (a.rows + cfg.rows_per_cta - 1) / cfg.rows_per_cta;  // row groups
-  const int64_t ctas = (groups + cfg.lean_groups - 1) / cfg.lean_groups * cfg.shape.cluster;
+  const int64_t ctas = (a.rows + cfg.rows_per_cta - 1) / cfg.rows_per_cta * cfg.shape.cluster;
   TORCH_CHECK(ctas <= int64_t{0x7FFFFFFF}, "fp8norm: too many rows for one launch: ", to_str(a.rows));
   cudaLaunchConfig_t lc = {};
   lc.gridDim = dim3(static_cast<unsigned>(ctas));

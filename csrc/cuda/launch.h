@@ -15,11 +15,6 @@ namespace cuda {
 // with at most 512 threads per CTA (128 registers per thread).
 constexpr int max_threads_per_cta(int vpt) { return vpt == 1 ? 1024 : 512; }
 
-// The lean kernel with row groups in a loop (LaunchConfig::lean_groups > 1): CTAs of at most
-// this many threads, this many per SM at least (the registers of the next group's rows).
-constexpr int kLeanLoopMaxThreads = 512;
-constexpr int kLeanLoopMinCtas = 3;
-
 // The most CTAs one row is split over (a thread-block cluster; 8 is the portable maximum).
 constexpr int kMaxCluster = 8;
 
@@ -100,9 +95,6 @@ struct LaunchConfig {
   bool pair_rows = false; // Layout::kRowVec1 with two rows per CTA (rows_per_cta 2, threads_x
                           // the row's vectors, an odd multiple of 16: 2-byte types; the
                           // launcher still needs aligned rows)
-  int lean_groups = 1;    // Layout::kRowVec1 lean rows (not FULL): row groups (of rows_per_cta
-                          // rows) per CTA, in a loop that loads the next group's rows while it
-                          // reduces and writes the one before (1: one group per CTA)
   bool hinted = true;     // streaming / read-only cache hints on the 16-byte accesses; false:
                           // plain accesses (compiled for aligned rows of one CTA only: other
                           // kernels keep their hints)
