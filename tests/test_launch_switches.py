@@ -65,6 +65,11 @@ SWITCHES = [
                                                      # rows per CTA)
     {"FP8NORM_TUNE": "pair=0"},                  # lean rows of an odd number of half-warps one per
                                                  # CTA, with idle lanes (default: two per CTA)
+    {"FP8NORM_TUNE": "leanvpt=3"},               # lean rows of 3 vectors per thread in every lean
+                                                 # grid (H = 1152: 48 threads, two rows per CTA;
+                                                 # float32 96 threads, one row; default: never)
+    {"FP8NORM_TUNE": "leanvpt=0"},               # ... by the table's rule: in one wave over more
+                                                 # than half the CTA slots (2047 x 1152)
 ]
 
 # Shapes x options: odd block counts (1152: 9 blocks; 1408: 11, in half-warp rows of 48 threads
@@ -75,7 +80,7 @@ SWITCHES = [
 # the block-scale line policy where demote=P brings it into a short grid), and grids of many rows of
 # 128..512 vectors (1030 x 1408, 2048 x 1024, 4096 x 1152: lean one-vector rows, the last with whole
 # scale lines); lean rows of an odd number of half-warps (2047 x 1152, 1031 x 1408: two per CTA
-# by default, odd M; 2049 x 1152 unaligned).
+# by default, odd M, three vectors per thread under leanvpt=0 / 3; 2049 x 1152 unaligned).
 CASES = """
 import torch
 from fp8norm_testing import Case, check_case
@@ -105,8 +110,9 @@ def test_contract_under_launch_switch(switches):
 
 
 # Which kernel a launch takes, read from the profiler's kernel names: lean rows of an odd number
-# of half-warps (bf16 2047 x 1152: 144 vectors) run row_vec1_kernel with PAIR (its last template
-# argument) by default, and without it under FP8NORM_TUNE=pair=0.
+# of half-warps (bf16 2047 x 1152: 144 vectors, one wave of pairs) run row_vec1_kernel with PAIR
+# (its sixth template argument) by default, with three vectors per thread (VPT, the seventh)
+# under FP8NORM_TUNE=leanvpt=0 (the rule) and leanvpt=3, neither under pair=0.
 KERNEL_NAMES = """
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -123,16 +129,17 @@ print("\\n".join(sorted({e.name for e in prof.events() if "fp8norm" in e.name}))
 """
 
 
-@pytest.mark.parametrize("pair", [None, "0"])
-def test_lean_rows_two_per_cta_taken(pair):
+@pytest.mark.parametrize("tune,pair,vpt", [(None, "true", "1"), ("leanvpt=0", "true", "3"), ("leanvpt=3", "true", "3"),
+                                           ("pair=0", "false", "1"), ("pair=0,leanvpt=0", "false", "1")])
+def test_lean_rows_two_per_cta_taken(tune, pair, vpt):
     env = dict(os.environ)
     env.pop("FP8NORM_TUNE", None)
-    if pair is not None:
-        env["FP8NORM_TUNE"] = f"pair={pair}"
+    if tune is not None:
+        env["FP8NORM_TUNE"] = tune
     proc = subprocess.run([sys.executable, "-c", KERNEL_NAMES], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     names = [n for n in proc.stdout.splitlines() if "row_vec1_kernel" in n]
     assert len(names) == 1, proc.stdout
-    # row_vec1_kernel<T, W, HAS_RES, HINTED, FULL, PAIR>(...)
-    last = names[0].split(">(")[0].rsplit(",", 1)[1].strip()
-    assert last == ("false" if pair == "0" else "true"), names[0]
+    # row_vec1_kernel<T, W, HAS_RES, HINTED, FULL, PAIR, VPT>(...)
+    args = [a.strip() for a in names[0].split(">(")[0].split("<", 1)[1].split(",")]
+    assert (args[5], args[6]) == (pair, vpt), names[0]

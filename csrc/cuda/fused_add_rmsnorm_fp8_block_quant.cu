@@ -106,7 +106,11 @@ const DeviceInfo& device_info(int device) {
 //                              own FULL kernel, without it, in every launch; default: FULL
 //                              except the lean rows of grids of many rows),
 //                              pair=0 (lean rows of an odd number of half-warps one per CTA,
-//                              with idle lanes, instead of two per CTA)
+//                              with idle lanes, instead of two per CTA),
+//                              leanvpt=<0|1|3> (lean rows of an odd number of 1x128 blocks
+//                              that divides by three: 0 three vectors per thread in grids of
+//                              one wave over more than half the CTA slots, 1 one vector per
+//                              thread, 3 three in every lean grid; default 1 for now)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
@@ -127,6 +131,9 @@ struct Switches {
   int lean_vecs = -1;      // -1: from the table (lean one-vector rows in grids of many rows)
   int full_rows = -1;      // -1: from the table (kRowVec1 rows of whole warps: FULL kernel)
   bool pair_rows = true;   // two lean rows per CTA where a row is an odd number of half-warps
+  int lean_vpt = 1;        // lean rows of kLeanVpt vectors per thread: 0 by the table's rule,
+                           // 1 never (the default until the H200 suite has run with the rule;
+                           // benchmarks/NOTES.md, v40), kLeanVpt in every lean grid
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -165,6 +172,8 @@ const Switches& switches() {
       s.lean_vecs = std::clamp(tune_value(spec, "lean", -1), -1, 1024);
       s.full_rows = std::clamp(tune_value(spec, "full", -1), -1, 1);
       s.pair_rows = tune_value(spec, "pair", 1) != 0;
+      s.lean_vpt = tune_value(spec, "leanvpt", s.lean_vpt);
+      if (s.lean_vpt != 0 && s.lean_vpt != kLeanVpt) s.lean_vpt = 1;
     }
     return s;
   }();
@@ -265,6 +274,7 @@ constexpr int64_t kRow1MaxRowsPerSm = 3;                 // one-row kernel: see 
 constexpr int64_t kLeanMinVecs = 128;                    // lean one-vector rows: see below
 constexpr int64_t kLeanMaxVecs = 512;
 constexpr int64_t kLeanPairMaxThreads = 512;             // two lean rows per CTA: see below
+constexpr int64_t kRegsPerSm = 65536;                    // lean rows of three vectors: see below
 // Cache hints: see below.
 constexpr int64_t kL2PlainMinBytes = int64_t{15} << 19;  // 7.5 MiB
 constexpr int64_t kL2PlainMaxPercent = 72;
@@ -342,22 +352,50 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // Fewer threads than threads_x only when the row is one tile (threads_x was not capped).
   const int64_t half_row_threads = ceil_div(ceil_div(svec, c.vpt), 16) * 16;
   const bool lean = lean_rows && c.vpt == 1 && sw.row_threads == 0;
+  // Lean rows of three vectors per thread (kLeanVpt; strided: tx, tx + threads_x, tx + 2
+  // threads_x) for an odd number of 1x128 blocks that divides by three (bf16 H = 1152: 48 threads
+  // a row, two rows per CTA; float32 H = 1152: 96), in grids of one wave over more than half the
+  // CTA slots at the kernel's 64 registers. About 20% fewer instructions per row (2048 x 1152:
+  // 3.31 -> 2.65 M warp instructions, ncu), where the lean rows are close to issue-bound, but at
+  // most 10 CTAs of 96 threads per SM. Same binary, two passes (v40), against one vector per
+  // thread, µs, with PDL: bf16 2048 x 1152 5.54 -> 5.41, 2560 x 1152 6.34 -> 6.09, float16 2048
+  // x 1152 5.35 -> 5.06, float32 1024 x 1152 4.49 -> 4.35; without PDL bf16 2048 x 1152 6.05 ->
+  // 5.72, 2560 x 1152 6.88 -> 6.59. Not in half a wave or less (bf16 1024 x 1152: 3.53 -> 3.46
+  // with PDL but 3.81 -> 4.00 without), nor beyond one wave (3168 / 8192 / 16384 x 1152 +1.5 /
+  // +3.5 / +3.6%; without normed_out -0.3 / -0.2 / -1.3%, float32 16384 x 1152 +1.2%), nor for an
+  // even number of blocks (not measured). Off by default until the H200 suite has run with the
+  // rule (the rule is FP8NORM_TUNE=leanvpt=0); leanvpt=3: in every such lean grid.
+  const int64_t t3 = svec / kLeanVpt;  // threads of a row
+  const bool t3_pair = t3 % 32 != 0;   // an odd number of half-warps: two rows per CTA
+  const int64_t cta3 = t3_pair ? 2 * t3 : t3;
+  const bool t3_fits = lean && sw.row_vec1 != 0 && nblocks % 2 == 1 && nblocks % kLeanVpt == 0 && t3 >= 32 &&
+                       (!t3_pair || (sw.pair_rows && lanes_per_block == 16)) && cta3 <= kLeanVptMaxThreads;
+  if (t3_fits && sw.lean_vpt != 1) {
+    const int64_t per_sm = kRegsPerSm / (kLeanVptMaxRegs * ceil_div(cta3, 32) * 32);
+    const int64_t ctas = ceil_div(rows, cta3 / t3), slots = int64_t{dev.sms} * per_sm;
+    if (sw.lean_vpt == kLeanVpt || (ctas <= slots && 2 * ctas > slots)) {
+      c.lean_vpt = kLeanVpt;
+      c.threads_x = static_cast<int>(t3);
+    }
+  }
   // Two lean rows per CTA where a row is an odd number of half-warps (2-byte types, an odd
   // number of 1x128 blocks: H = 1152 is 144 vectors), in CTAs of at most 512 threads: 9 whole
-  // warps for two rows instead of 5 warps with 16 idle lanes for one (row_vec1_kernel's PAIR).
+  // warps for two rows instead of 5 warps with 16 idle lanes for one (row_vec1_kernel's PAIR;
+  // with three vectors per thread 48-thread rows, 3 warps for two).
   // Same binary, two passes (v39), bf16 µs, with PDL: 1024 x 1152 3.76 -> 3.52 (-6.6%), 2048 x
   // 1152 5.66 -> 5.53, 3168 x 1152 7.77 -> 7.28 (-6.3%), 8192 / 16384 / 32768 x 1152 -2.2 / -0.9
   // / -0.9% (without normed_out -1.2 / -4.7 / -4.7%), 1024 / 2048 x 1408 -7.1 / -3.3%, 2048 x
   // 1920 -1.3%; float16 2048 x 1152 -1.2%; without PDL 2048 x 1152 -1.8%, 16384 x 1152 level
   // (without normed_out -3.4%). Not at 2048 x 3968 (496 vectors, 992 threads): level, and 7.7%
   // slower without normed_out (14.82 -> 15.97).
-  c.pair_rows = lean && sw.pair_rows && sw.row_vec1 != 0 && svec % 32 != 0 && 2 * svec <= kLeanPairMaxThreads;
-  if (c.pair_rows) c.threads_x = static_cast<int>(svec);
+  const int64_t lean_threads = svec / c.lean_vpt;
+  c.pair_rows = lean && sw.pair_rows && sw.row_vec1 != 0 && lean_threads % 32 != 0 && 2 * lean_threads <= kLeanPairMaxThreads;
+  if (c.pair_rows) c.threads_x = static_cast<int>(lean_threads);
   if (sw.half_warps && !lean && sw.row_threads == 0 && c.shape.cluster == 1 && lanes_per_block <= 16 &&
       half_row_threads < c.threads_x && half_row_threads <= 256 && cta_threads / half_row_threads >= 2) {
     c.threads_x = static_cast<int>(half_row_threads);
   }
-  c.shape.ntiles = static_cast<int>(ceil_div(svec, int64_t{c.threads_x} * c.vpt));
+  c.shape.ntiles = static_cast<int>(ceil_div(svec, int64_t{c.threads_x} * c.vpt * c.lean_vpt));
   // ~512 threads per CTA, with normed_out, for rows of whole warps: in deep grids, and where
   // ~256 would make one wave of one-tile 4-vector rows over 15/16 of the CTA slots.
   if (sw.cta_threads == 0 && writes_normed && !c.half_warp_rows() && !lean) {
@@ -440,6 +478,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // lean grids of many rows 0.3-1.2% slower (16384 x 4096 152.2 -> 153.8, 4096 x 4096 39.0 ->
   // 39.4 / 39.7 -> 40.1 without PDL, 16384 x 2048 76.6 -> 77.0).
   c.full_rows = (sw.full_rows >= 0 ? sw.full_rows == 1 : !lean) && whole_warps && !c.pair_rows;
+  TORCH_INTERNAL_ASSERT(c.lean_vpt == 1 || (c.layout() == Layout::kRowVec1 && !c.full_rows && c.shape.ntiles == 1));
   return c;
 }
 

@@ -772,10 +772,17 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
 // order (there the row's last warp added exact zeros from its idle upper half); the second row's
 // partial sums are grouped by the hardware warps, so its double sum may associate differently
 // (the numerical contract allows that: rstd within its rounding).
-template <typename T, typename W, bool HAS_RES, bool HINTED, bool FULL, bool PAIR = false>
-__global__ void __launch_bounds__(max_threads_per_cta(1), FP8NORM_LEAN_MIN_CTAS)
+// VPT (1 or kLeanVpt = 3): vectors per thread, strided by blockDim.x (a multiple of a block's
+// lanes, the row exactly VPT * blockDim.x vectors), for lean rows of an odd number of 1x128 blocks
+// in grids of one wave over more than half the CTA slots (launch_config's rule, FP8NORM_TUNE=
+// leanvpt=0 for now): bf16 H = 1152 in 48-thread rows, two per CTA. Each
+// thread's sum of squares adds its vectors' sums in order.
+template <typename T, typename W, bool HAS_RES, bool HINTED, bool FULL, bool PAIR = false, int VPT = 1>
+__global__ void __launch_bounds__(VPT > 1 ? kLeanVptMaxThreads : max_threads_per_cta(1),
+                                  VPT > 1 ? kLeanVptMinCtas : FP8NORM_LEAN_MIN_CTAS)
     row_vec1_kernel(const RowArgs a, const TileShape s) {
   static_assert(!(PAIR && FULL), "two rows per CTA keep the row predicate (the grid's last row may be past M)");
+  static_assert(VPT == 1 || !FULL, "several vectors per thread: lean rows of grids of many rows (not FULL)");
   constexpr Hint kOnce = HINTED ? Hint::kStream : Hint::kPlain;
   constexpr Hint kReuse = HINTED ? Hint::kKeep : Hint::kPlain;
   constexpr int VEC = 16 / sizeof(T);
@@ -787,10 +794,14 @@ __global__ void __launch_bounds__(max_threads_per_cta(1), FP8NORM_LEAN_MIN_CTAS)
   double* red = reinterpret_cast<double*>(smem);  // the warp sums (reduction_smem_bytes(kRows))
 
   const int tx = threadIdx.x;
+  // VPT > 1: the thread's vectors tx, tx + blockDim.x, ...: the launcher makes blockDim.x a
+  // multiple of LPB and the row exactly VPT * blockDim.x vectors, so vector j of each lane
+  // group of LPB lanes is one 1x128 block, and every thread holds VPT vectors of its row.
+  [[maybe_unused]] const int stride = VPT > 1 ? static_cast<int>(blockDim.x) : 0;
   // grid: one CTA per row (PAIR: per two rows, threadIdx.y the row of the pair)
   const int64_t row = PAIR ? 2 * static_cast<int64_t>(row_group_index<Layout::kWarpRows>()) + threadIdx.y
                            : static_cast<int64_t>(row_group_index<Layout::kWarpRows>());
-  const bool valid = FULL || (PAIR ? row < a.rows : static_cast<unsigned>(tx) < static_cast<unsigned>(a.hidden) / VEC);  // H < 2^31
+  const bool valid = FULL || (PAIR ? row < a.rows : static_cast<unsigned>(tx) < static_cast<unsigned>(a.hidden) / (VEC * VPT));  // H < 2^31
   const T* in = row_start<true>(static_cast<const T*>(a.input) + row * a.input_stride);
   T* res = HAS_RES ? row_start<true>(static_cast<T*>(a.residual) + row * a.residual_stride) : nullptr;
   // The L2 prefetch of the rows further on (see the kernel above; one-tile rows: no tile
@@ -807,25 +818,39 @@ __global__ void __launch_bounds__(max_threads_per_cta(1), FP8NORM_LEAN_MIN_CTAS)
 
   wait_previous_grid(s.release_early);
 
-  Pack<T, VEC> sv;
-  [[maybe_unused]] Pack<T, VEC> vres;
-  Pack<W, VEC> wv;
+  Pack<T, VEC> sv[VPT];
+  [[maybe_unused]] Pack<T, VEC> vres[VPT];
+  Pack<W, VEC> wv[VPT];
   if (valid) {
-    load<true, kOnce>(sv, vec_at<VEC>(in, tx));
-    if constexpr (HAS_RES) load<true, kOnce>(vres, vec_at<VEC>(res, tx));
-    if (s.weight_in_pass1) load<true, kReuse>(wv, vec_at<VEC>(static_cast<const W*>(a.weight), tx));
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      load<true, kOnce>(sv[j], vec_at<VEC>(in, tx + j * stride));
+      if constexpr (HAS_RES) load<true, kOnce>(vres[j], vec_at<VEC>(res, tx + j * stride));
+    }
+    if (s.weight_in_pass1) {
+#pragma unroll
+      for (int j = 0; j < VPT; ++j) load<true, kReuse>(wv[j], vec_at<VEC>(static_cast<const W*>(a.weight), tx + j * stride));
+    }
   } else {
-    opaque_fill(sv);
-    opaque_fill(wv);
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      opaque_fill(sv[j]);
+      opaque_fill(wv[j]);
+    }
   }
   double acc = 0.0;
   if (valid) {
-    if constexpr (HAS_RES) {
 #pragma unroll
-      for (int e = 0; e < VEC; e += 2) C::add2(&sv.v[e], &vres.v[e]);
-      store<true, kOnce>(vec_at<VEC>(res, tx), sv);
+    for (int j = 0; j < VPT; ++j) {
+      if constexpr (HAS_RES) {
+#pragma unroll
+        for (int e = 0; e < VEC; e += 2) C::add2(&sv[j].v[e], &vres[j].v[e]);
+        store<true, kOnce>(vec_at<VEC>(res, tx + j * stride), sv[j]);
+      }
     }
-    acc = sum_of_squares(sv);
+    acc = sum_of_squares(sv[0]);
+#pragma unroll
+    for (int j = 1; j < VPT; ++j) acc += sum_of_squares(sv[j]);
   }
   double sum_sq;
   if constexpr (PAIR) {
@@ -857,34 +882,45 @@ __global__ void __launch_bounds__(max_threads_per_cta(1), FP8NORM_LEAN_MIN_CTAS)
   }
   const float rstd = rstd_from_sum_of_squares_device(sum_sq, s.inv_hidden, a.eps);
 
-  if (!s.weight_in_pass1 && valid) load<true, kReuse>(wv, vec_at<VEC>(static_cast<const W*>(a.weight), tx));
-  Pack<T, VEC> nv;
-  float g[VEC];
-  const uint32_t amax = normalize_vec(sv, wv, rstd, nv, g);
-  if (valid && a.normed != nullptr) {
-    store<true, kOnce>(vec_at<VEC>(row_start<true>(static_cast<T*>(a.normed) + row * a.normed_stride), tx), nv);
+  if (!s.weight_in_pass1 && valid) {
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) load<true, kReuse>(wv[j], vec_at<VEC>(static_cast<const W*>(a.weight), tx + j * stride));
   }
-  uint32_t words[VEC / 4];
-  const float scale = quantize_vec<VEC, LPB, false>(g, amax, a.ue8m0, words);
-  if (valid) {
-    uint8_t* out = row_start<true>(static_cast<uint8_t*>(a.out) + row * a.out_stride);
-    store_fp8<true, VEC, kOnce>(vec_at<VEC>(out, tx), words);
-    if (tx % LPB == 0) {
-      float* p = a.block_scale + row * a.scale_stride_row + (tx / LPB) * a.scale_stride_col;
-      // The line policy only in grids where some rows keep their lines (scale_keep_rows > 0):
-      // with none (decode grids, short grids) every store would be an evict_normal one, which a
-      // plain store is, and the policy path costs each warp ~35 more instructions at the end of
-      // its chain (same binary, a runtime switch, one pass: 128 x 8192 3.45 -> 3.39 µs with PDL,
-      // 4.05 / 4.10 -> 3.99 without; against the build before, five passes: level with PDL, 0.4%
-      // faster without; benchmarks/NOTES.md, v34).
-      if constexpr (FP8NORM_SM90 && scale_line_policy<1, Layout::kRowVec1, HINTED>()) {
-        if (s.scale_keep_rows > 0) {
-          store_scale(p, scale, scale_store_policy(row < s.scale_keep_rows));
-          demote_scale_line_if(scale_line_demoter(row, s.scale_demote_rows, s.scale_keep_rows), p, s.scale_demote_rows);
-          return;
+#pragma unroll
+  for (int j = 0; j < VPT; ++j) {
+    const int v = tx + j * stride;  // the vector of the row
+    Pack<T, VEC> nv;
+    float g[VEC];
+    const uint32_t amax = normalize_vec(sv[j], wv[j], rstd, nv, g);
+    if (valid && a.normed != nullptr) {
+      store<true, kOnce>(vec_at<VEC>(row_start<true>(static_cast<T*>(a.normed) + row * a.normed_stride), v), nv);
+    }
+    uint32_t words[VEC / 4];
+    const float scale = quantize_vec<VEC, LPB, false>(g, amax, a.ue8m0, words);
+    if (valid) {
+      uint8_t* out = row_start<true>(static_cast<uint8_t*>(a.out) + row * a.out_stride);
+      store_fp8<true, VEC, kOnce>(vec_at<VEC>(out, v), words);
+      if (tx % LPB == 0) {
+        float* p = a.block_scale + row * a.scale_stride_row + (v / LPB) * a.scale_stride_col;
+        // The line policy only in grids where some rows keep their lines (scale_keep_rows > 0):
+        // with none (decode grids, short grids) every store would be an evict_normal one, which a
+        // plain store is, and the policy path costs each warp ~35 more instructions at the end of
+        // its chain (same binary, a runtime switch, one pass: 128 x 8192 3.45 -> 3.39 µs with PDL,
+        // 4.05 / 4.10 -> 3.99 without; against the build before, five passes: level with PDL, 0.4%
+        // faster without; benchmarks/NOTES.md, v34).
+        if constexpr (FP8NORM_SM90 && scale_line_policy<1, Layout::kRowVec1, HINTED>()) {
+          if (s.scale_keep_rows > 0) {
+            store_scale(p, scale, scale_store_policy(row < s.scale_keep_rows));
+            demote_scale_line_if(scale_line_demoter(row, s.scale_demote_rows, s.scale_keep_rows), p, s.scale_demote_rows);
+            if constexpr (VPT == 1) {
+              return;
+            } else {
+              continue;
+            }
+          }
         }
+        *p = scale;
       }
-      *p = scale;
     }
   }
 }
@@ -923,10 +959,24 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
   auto* kernel = [&] {
     if constexpr (L == Layout::kRowVec1) {
       static_assert(ALIGNED && VPT == 1, "kRowVec1: aligned one-vector rows");
+      TORCH_CHECK(cfg.lean_vpt == 1 || (cfg.lean_vpt == kLeanVpt && !cfg.full_rows &&
+                                        cfg.threads_x * cfg.rows_per_cta <= kLeanVptMaxThreads),
+                  "fp8norm: lean rows of ", kLeanVpt, " vectors per thread in CTAs of at most ",
+                  kLeanVptMaxThreads, " threads, got ", cfg.lean_vpt, " vectors per thread");
+      const bool vpt3 = cfg.lean_vpt == kLeanVpt;
       if constexpr (sizeof(T) == 2) {  // two rows per CTA: rows of an odd number of half-warps
-        if (cfg.pair_rows) return row_vec1_kernel<T, W, HAS_RES, HINTED, false, true>;
+        if (cfg.pair_rows) {
+          return vpt3 ? row_vec1_kernel<T, W, HAS_RES, HINTED, false, true, kLeanVpt>
+                      : row_vec1_kernel<T, W, HAS_RES, HINTED, false, true>;
+        }
       }
       TORCH_CHECK(!cfg.pair_rows, "fp8norm: two lean rows per CTA need a 2-byte type");
+      // One row of three vectors per thread: float32 only (a 2-byte row of an odd number of
+      // blocks in three vectors per thread is an odd number of half-warps: pairs, above).
+      if constexpr (sizeof(T) == 4) {
+        if (vpt3) return row_vec1_kernel<T, W, HAS_RES, HINTED, false, false, kLeanVpt>;
+      }
+      TORCH_CHECK(!vpt3, "fp8norm: 2-byte lean rows of three vectors per thread come in pairs");
       return cfg.full_rows ? row_vec1_kernel<T, W, HAS_RES, HINTED, true> : row_vec1_kernel<T, W, HAS_RES, HINTED, false>;
     } else {
       return fused_add_rmsnorm_fp8_block_quant_kernel<T, W, HAS_RES, ALIGNED, VPT, L, HINTED>;

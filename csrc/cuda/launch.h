@@ -15,6 +15,15 @@ namespace cuda {
 // with at most 512 threads per CTA (128 registers per thread).
 constexpr int max_threads_per_cta(int vpt) { return vpt == 1 ? 1024 : 512; }
 
+// The lean kernel with several vectors per thread (LaunchConfig::lean_vpt > 1): kLeanVpt of
+// them (the one count compiled), in CTAs of at most kLeanVptMaxThreads threads, at least
+// kLeanVptMinCtas per SM (so at most kLeanVptMaxRegs registers).
+constexpr int kLeanVpt = 3;
+constexpr int kLeanVptMaxThreads = 256;
+constexpr int kLeanVptMinCtas = 4;
+constexpr int kLeanVptMaxRegs = 64;
+static_assert(kLeanVptMaxRegs * kLeanVptMaxThreads * kLeanVptMinCtas == 65536, "the registers the launch bound leaves");
+
 // The most CTAs one row is split over (a thread-block cluster; 8 is the portable maximum).
 constexpr int kMaxCluster = 8;
 
@@ -44,7 +53,8 @@ constexpr size_t reduction_smem_bytes(int rows_per_cta) {
 //                  own lean kernel (row_vec1_kernel, kernel.cuh), for aligned rows (the launcher
 //                  gives unaligned ones kWarpRows' kernel); the decode rows of one CTA, and
 //                  the lean rows of grids of many rows (launch_config); with pair_rows two
-//                  rows per CTA of an odd number of half-warps each
+//                  rows per CTA of an odd number of half-warps each; with lean_vpt 3 three
+//                  vectors per thread
 enum class Layout { kWarpRows, kHalfWarpRows, kClusterSlices, kWarpRow1, kRowVec1 };
 
 // What the kernel needs to know about the launch, besides blockDim and RowArgs.
@@ -93,8 +103,11 @@ struct LaunchConfig {
                           // Layout::kRowVec1, takes the FULL kernel, without the `valid`
                           // predicate (launch_config's rule)
   bool pair_rows = false; // Layout::kRowVec1 with two rows per CTA (rows_per_cta 2, threads_x
-                          // the row's vectors, an odd multiple of 16: 2-byte types; the
-                          // launcher still needs aligned rows)
+                          // the row's vectors / lean_vpt, an odd multiple of 16: 2-byte types;
+                          // the launcher still needs aligned rows)
+  int lean_vpt = 1;       // Layout::kRowVec1 lean rows (not FULL): 16-byte vectors per thread
+                          // (1 or kLeanVpt), tx, tx + threads_x, ... (the row exactly lean_vpt *
+                          // threads_x vectors, threads_x a multiple of a 1x128 block's lanes)
   bool hinted = true;     // streaming / read-only cache hints on the 16-byte accesses; false:
                           // plain accesses (compiled for aligned rows of one CTA only: other
                           // kernels keep their hints)

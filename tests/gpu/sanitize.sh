@@ -23,13 +23,14 @@ status=0
 # the latter also in lean one-vector rows (float32 1024 x 1152 and bf16 2041 x 2048; neither has
 # scale columns of whole lines: lean rows with the line policy run in test_launch_switches.py);
 # memcheck and racecheck also with the lean one-row kernel (Layout::kRowVec1) in every launch it
-# fits, with the L2 prefetch of rows ahead;
+# fits, with the L2 prefetch of rows ahead, and with lean rows of three vectors per thread in
+# every lean grid (bf16 2047 x 1152 in 48-thread pairs; the aligned 1024 x 1152 cases);
 # racecheck also with plain accesses and 4 vectors per thread (the plain kernels' per-row
 # barriers: __syncwarp for rows of one warp, named barriers for rows of several).
 for tool in ${TOOLS:-memcheck racecheck initcheck synccheck}; do
   settings=("")
   case $tool in memcheck|racecheck) settings+=("FP8NORM_TUNE=cluster=3,vpt=1 FP8NORM_PDL=0"
-                                              "FP8NORM_TUNE=rowvec1=1,prefetch=1") ;; esac
+                                              "FP8NORM_TUNE=rowvec1=1,prefetch=1" "FP8NORM_TUNE=leanvpt=3") ;; esac
   case $tool in racecheck) settings+=("FP8NORM_TUNE=hints=0,vpt=4") ;; esac
   case $tool in memcheck) settings+=("FP8NORM_TUNE=prefetch=1,cta=1024,tiles=1" "FP8NORM_TUNE=threads=64,stash=0"
                                     "FP8NORM_TUNE=slice=0" "FP8NORM_TUNE=weight=2,release=0" "FP8NORM_TUNE=hints=0"
