@@ -274,7 +274,6 @@ constexpr int64_t kRow1MaxRowsPerSm = 3;                 // one-row kernel: see 
 constexpr int64_t kLeanMinVecs = 128;                    // lean one-vector rows: see below
 constexpr int64_t kLeanMaxVecs = 512;
 constexpr int64_t kLeanPairMaxThreads = 512;             // two lean rows per CTA: see below
-constexpr int64_t kRegsPerSm = 65536;                    // lean rows of three vectors: see below
 // Cache hints: see below.
 constexpr int64_t kL2PlainMinBytes = int64_t{15} << 19;  // 7.5 MiB
 constexpr int64_t kL2PlainMaxPercent = 72;
@@ -366,10 +365,10 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // even number of blocks (not measured). Off by default until the H200 suite has run with the
   // rule (the rule is FP8NORM_TUNE=leanvpt=0); leanvpt=3: in every such lean grid.
   const int64_t t3 = svec / kLeanVpt;  // threads of a row
-  const bool t3_pair = t3 % 32 != 0;   // an odd number of half-warps: two rows per CTA
+  const bool t3_pair = t3 % 32 != 0;   // an odd number of half-warps (2-byte types): two rows per CTA
   const int64_t cta3 = t3_pair ? 2 * t3 : t3;
   const bool t3_fits = lean && sw.row_vec1 != 0 && nblocks % 2 == 1 && nblocks % kLeanVpt == 0 && t3 >= 32 &&
-                       (!t3_pair || (sw.pair_rows && lanes_per_block == 16)) && cta3 <= kLeanVptMaxThreads;
+                       (!t3_pair || sw.pair_rows) && cta3 <= kLeanVptMaxThreads;
   if (t3_fits && sw.lean_vpt != 1) {
     const int64_t per_sm = kRegsPerSm / (kLeanVptMaxRegs * ceil_div(cta3, 32) * 32);
     const int64_t ctas = ceil_div(rows, cta3 / t3), slots = int64_t{dev.sms} * per_sm;

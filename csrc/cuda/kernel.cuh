@@ -912,11 +912,7 @@ __global__ void __launch_bounds__(VPT > 1 ? kLeanVptMaxThreads : max_threads_per
           if (s.scale_keep_rows > 0) {
             store_scale(p, scale, scale_store_policy(row < s.scale_keep_rows));
             demote_scale_line_if(scale_line_demoter(row, s.scale_demote_rows, s.scale_keep_rows), p, s.scale_demote_rows);
-            if constexpr (VPT == 1) {
-              return;
-            } else {
-              continue;
-            }
+            continue;
           }
         }
         *p = scale;

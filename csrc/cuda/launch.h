@@ -15,14 +15,16 @@ namespace cuda {
 // with at most 512 threads per CTA (128 registers per thread).
 constexpr int max_threads_per_cta(int vpt) { return vpt == 1 ? 1024 : 512; }
 
+// 32-bit registers per SM (sm_70 .. sm_90).
+constexpr int kRegsPerSm = 65536;
+
 // The lean kernel with several vectors per thread (LaunchConfig::lean_vpt > 1): kLeanVpt of
 // them (the one count compiled), in CTAs of at most kLeanVptMaxThreads threads, at least
 // kLeanVptMinCtas per SM (so at most kLeanVptMaxRegs registers).
 constexpr int kLeanVpt = 3;
 constexpr int kLeanVptMaxThreads = 256;
 constexpr int kLeanVptMinCtas = 4;
-constexpr int kLeanVptMaxRegs = 64;
-static_assert(kLeanVptMaxRegs * kLeanVptMaxThreads * kLeanVptMinCtas == 65536, "the registers the launch bound leaves");
+constexpr int kLeanVptMaxRegs = kRegsPerSm / (kLeanVptMaxThreads * kLeanVptMinCtas);
 
 // The most CTAs one row is split over (a thread-block cluster; 8 is the portable maximum).
 constexpr int kMaxCluster = 8;
