@@ -68,9 +68,10 @@ SWITCHES = [
                                                  # CTA, with idle lanes (default: two per CTA)
     {"FP8NORM_TUNE": "leanvpt=3"},               # lean rows of 3 vectors per thread in every lean
                                                  # grid (H = 1152: 48 threads, two rows per CTA;
-                                                 # float32 96 threads, one row; default: never)
-    {"FP8NORM_TUNE": "leanvpt=0"},               # ... by the table's rule: in one wave over more
-                                                 # than half the CTA slots (2047 x 1152)
+                                                 # float32 96 threads, one row; default: in one
+                                                 # wave over more than half the CTA slots, 2047
+                                                 # x 1152)
+    {"FP8NORM_TUNE": "leanvpt=1"},               # ... never: one vector per thread
 ]
 
 # Shapes x options: odd block counts (1152: 9 blocks; 1408: 11, in half-warp rows of 48 threads
@@ -81,7 +82,8 @@ SWITCHES = [
 # the block-scale line policy where demote=P brings it into a short grid), and grids of many rows of
 # 128..512 vectors (1030 x 1408, 2048 x 1024, 4096 x 1152: lean one-vector rows, the last with whole
 # scale lines); lean rows of an odd number of half-warps (2047 x 1152, 1031 x 1408: two per CTA
-# by default, odd M, three vectors per thread under leanvpt=0 / 3; 2049 x 1152 unaligned).
+# by default, odd M, three vectors per thread by default at 2047 x 1152 and under leanvpt=3;
+# 2049 x 1152 unaligned).
 CASES = """
 import torch
 from fp8norm_testing import Case, check_case
@@ -112,8 +114,9 @@ def test_contract_under_launch_switch(switches):
 
 # Which kernel a launch takes, read from the profiler's kernel names: lean rows of an odd number
 # of half-warps (bf16 2047 x 1152: 144 vectors, one wave of pairs) run row_vec1_kernel with PAIR
-# (its sixth template argument) by default, with three vectors per thread (VPT, the seventh)
-# under FP8NORM_TUNE=leanvpt=0 (the rule) and leanvpt=3, neither under pair=0.
+# (its sixth template argument) with three vectors per thread (VPT, the seventh) by default (the
+# rule: one wave over more than half the CTA slots) and under leanvpt=3, one under leanvpt=1,
+# neither under pair=0 (three-vector rows of 48 threads need pairs).
 KERNEL_NAMES = """
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -130,8 +133,8 @@ print("\\n".join(sorted({e.name for e in prof.events() if "fp8norm" in e.name}))
 """
 
 
-@pytest.mark.parametrize("tune,pair,vpt", [(None, "true", "1"), ("leanvpt=0", "true", "3"), ("leanvpt=3", "true", "3"),
-                                           ("pair=0", "false", "1"), ("pair=0,leanvpt=0", "false", "1")])
+@pytest.mark.parametrize("tune,pair,vpt", [(None, "true", "3"), ("leanvpt=1", "true", "1"), ("leanvpt=3", "true", "3"),
+                                           ("pair=0", "false", "1"), ("pair=0,leanvpt=3", "false", "1")])
 def test_lean_rows_two_per_cta_taken(tune, pair, vpt):
     env = dict(os.environ)
     env.pop("FP8NORM_TUNE", None)

@@ -110,7 +110,7 @@ const DeviceInfo& device_info(int device) {
 //                              leanvpt=<0|1|3> (lean rows of an odd number of 1x128 blocks
 //                              that divides by three: 0 three vectors per thread in grids of
 //                              one wave over more than half the CTA slots, 1 one vector per
-//                              thread, 3 three in every lean grid; default 1 for now)
+//                              thread, 3 three in every lean grid; default 0)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
@@ -131,9 +131,8 @@ struct Switches {
   int lean_vecs = -1;      // -1: from the table (lean one-vector rows in grids of many rows)
   int full_rows = -1;      // -1: from the table (kRowVec1 rows of whole warps: FULL kernel)
   bool pair_rows = true;   // two lean rows per CTA where a row is an odd number of half-warps
-  int lean_vpt = 1;        // lean rows of kLeanVpt vectors per thread: 0 by the table's rule,
-                           // 1 never (the default until the H200 suite has run with the rule;
-                           // benchmarks/NOTES.md, v40), kLeanVpt in every lean grid
+  int lean_vpt = 0;        // lean rows of kLeanVpt vectors per thread: 0 by the table's rule,
+                           // 1 never, kLeanVpt in every lean grid (benchmarks/NOTES.md, v40-41)
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -362,8 +361,8 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // 5.72, 2560 x 1152 6.88 -> 6.59. Not in half a wave or less (bf16 1024 x 1152: 3.53 -> 3.46
   // with PDL but 3.81 -> 4.00 without), nor beyond one wave (3168 / 8192 / 16384 x 1152 +1.5 /
   // +3.5 / +3.6%; without normed_out -0.3 / -0.2 / -1.3%, float32 16384 x 1152 +1.2%), nor for an
-  // even number of blocks (not measured). Off by default until the H200 suite has run with the
-  // rule (the rule is FP8NORM_TUNE=leanvpt=0); leanvpt=3: in every such lean grid.
+  // even number of blocks (not measured). FP8NORM_TUNE=leanvpt=1: never; leanvpt=3: in every
+  // such lean grid.
   const int64_t t3 = svec / kLeanVpt;  // threads of a row
   const bool t3_pair = t3 % 32 != 0;   // an odd number of half-warps (2-byte types): two rows per CTA
   const int64_t cta3 = t3_pair ? 2 * t3 : t3;
