@@ -8,8 +8,9 @@ L2 prefetch of a slice's later tiles in every grid, plain (unhinted) or cache-hi
 accesses in every grid, one-row CTAs in their own kernel or in the several-row one, the
 block-scale stores with the L2 line policy (evict_last, then demoted) in a short grid or without it,
 grids of many rows in lean one-vector rows or in 4-vector rows only, and lean rows of whole
-warps in the kernel for rows with idle lanes or in their own one in every launch, and lean
-rows of an odd number of half-warps two per CTA (the default) or one.
+warps in the kernel for rows with idle lanes or in their own one in every launch, lean rows
+of an odd number of half-warps two per CTA (the default) or one, and lean rows of three vectors
+per thread in every lean grid or in none.
 Each case is checked against the full contract."""
 import os
 import re

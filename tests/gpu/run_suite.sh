@@ -15,6 +15,8 @@ mkdir -p "$out"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( ($(nproc) + 3) / 4 ))}
 ids=$(python3 -m pytest -q -p no:cacheprovider --collect-only tests/test_launch_switches.py 2>/dev/null | grep "::")
 n=$(echo "$ids" | grep -c "::")
+# No ids would leave a half with no arguments, and pytest would run the whole suite there.
+[ "$n" -ge 2 ] || { echo "run_suite.sh: collected $n launch-switch tests (collection failed?)" >&2; exit 1; }
 half=$(( n / 2 ))
 ls1=$(echo "$ids" | head -n "$half")
 ls2=$(echo "$ids" | tail -n +"$(( half + 1 ))")
