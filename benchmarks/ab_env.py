@@ -1,5 +1,6 @@
 """Same-binary A/B of launch switches: groups of shapes, each timed with two environments (A, B)
-alternating within every pass, so both sides see the same machine state; medians and B / A.
+alternating within every pass, so both sides see the same machine state; medians and B / A,
+of the op with and without normed_out.
 
     python benchmarks/ab_env.py OUT.json PASSES 'name;dtype;MxH,...;ENV_A;ENV_B' ...
 
@@ -58,12 +59,14 @@ def main():
     def median(passes, field):
         return statistics.median(p[field] for p in passes) if passes else float("nan")
 
-    print(f"| {'group|dtype|shape':34s} | A op µs | B op µs | B / A | A copy µs | B copy µs |")
-    print("|---|---|---|---|---|---|")
+    print(f"| {'group|dtype|shape':34s} | A op µs | B op µs | B / A | A no-normed µs | B no-normed µs | B / A "
+          f"| A copy µs | B copy µs |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for key, sides in records.items():
         a, b = median(sides.get("A"), "op"), median(sides.get("B"), "op")
-        print(f"| {key:34s} | {a:.3f} | {b:.3f} | {b / a:.3f} | {median(sides.get('A'), 'copy'):.3f} | "
-              f"{median(sides.get('B'), 'copy'):.3f} |")
+        na, nb = median(sides.get("A"), "op_nonormed"), median(sides.get("B"), "op_nonormed")
+        print(f"| {key:34s} | {a:.3f} | {b:.3f} | {b / a:.3f} | {na:.3f} | {nb:.3f} | {nb / na:.3f} | "
+              f"{median(sides.get('A'), 'copy'):.3f} | {median(sides.get('B'), 'copy'):.3f} |")
     if failures:
         sys.exit(f"{failures} benchmark run(s) failed: the table lacks their passes")
 

@@ -363,11 +363,15 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // +3.5 / +3.6%; without normed_out -0.3 / -0.2 / -1.3%, float32 16384 x 1152 +1.2%), nor for an
   // even number of blocks (not measured). FP8NORM_TUNE=leanvpt=1: never; leanvpt=3: in every
   // such lean grid.
+  // Two lean rows per CTA (the rule below): rows of `threads` threads, an odd number of half-warps.
+  auto pair_lean_rows = [&](int64_t threads) {
+    return lean && sw.pair_rows && sw.row_vec1 != 0 && threads % 32 != 0 && 2 * threads <= kLeanPairMaxThreads;
+  };
   const int64_t t3 = svec / kLeanVpt;  // threads of a row
-  const bool t3_pair = t3 % 32 != 0;   // an odd number of half-warps (2-byte types): two rows per CTA
+  const bool t3_pair = pair_lean_rows(t3);
   const int64_t cta3 = t3_pair ? 2 * t3 : t3;
   const bool t3_fits = lean && sw.row_vec1 != 0 && nblocks % 2 == 1 && nblocks % kLeanVpt == 0 && t3 >= 32 &&
-                       (!t3_pair || sw.pair_rows) && cta3 <= kLeanVptMaxThreads;
+                       (t3 % 32 == 0 || t3_pair) && cta3 <= kLeanVptMaxThreads;
   if (t3_fits && sw.lean_vpt != 1) {
     const int64_t per_sm = kRegsPerSm / (kLeanVptMaxRegs * ceil_div(cta3, 32) * 32);
     const int64_t ctas = ceil_div(rows, cta3 / t3), slots = int64_t{dev.sms} * per_sm;
@@ -387,7 +391,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // (without normed_out -3.4%). Not at 2048 x 3968 (496 vectors, 992 threads): level, and 7.7%
   // slower without normed_out (14.82 -> 15.97).
   const int64_t lean_threads = svec / c.lean_vpt;
-  c.pair_rows = lean && sw.pair_rows && sw.row_vec1 != 0 && lean_threads % 32 != 0 && 2 * lean_threads <= kLeanPairMaxThreads;
+  c.pair_rows = pair_lean_rows(lean_threads);
   if (c.pair_rows) c.threads_x = static_cast<int>(lean_threads);
   if (sw.half_warps && !lean && sw.row_threads == 0 && c.shape.cluster == 1 && lanes_per_block <= 16 &&
       half_row_threads < c.threads_x && half_row_threads <= 256 && cta_threads / half_row_threads >= 2) {
