@@ -157,7 +157,7 @@ def test_one_wave_near_full(dtype, m, h):
                                                          (torch.float16, 700, 4096, False, True),
                                                          (torch.float32, 512, 2048, True, True)])
 def test_call_that_fits_in_l2(dtype, m, h, fused, weight_fp32):
-    # Calls whose buffers take 7.5 MiB .. 72% of L2 run plain (unhinted) accesses (v18, v19): on a GPU
+    # Calls whose buffers take 1.5 MiB .. 72% of L2 run plain (unhinted) accesses (v18, v19, v42): on a GPU
     # of 20 MiB of L2 or more, all three here (14, 14 and 13 MiB). The float16 case also runs
     # without normed_out (a smaller footprint), compared bitwise with the call that writes it.
     check_case(Case("cuda", dtype, m, h, fused=fused, weight_fp32=weight_fp32, ue8m0=dtype == torch.float16,

@@ -274,7 +274,7 @@ constexpr int64_t kLeanMinVecs = 128;                    // lean one-vector rows
 constexpr int64_t kLeanMaxVecs = 512;
 constexpr int64_t kLeanPairMaxThreads = 512;             // two lean rows per CTA: see below
 // Cache hints: see below.
-constexpr int64_t kL2PlainMinBytes = int64_t{15} << 19;  // 7.5 MiB
+constexpr int64_t kL2PlainMinBytes = int64_t{3} << 19;  // 1.5 MiB
 constexpr int64_t kL2PlainMaxPercent = 72;
 
 LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool has_residual,
@@ -319,7 +319,17 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // 22.69), and at large M (16384 x 2048 +2.0-2.5%). v19, plain now without the row prefetch:
   // 2-3% faster at 7.9 MiB (576 x 2048 5.07 -> 4.95, 1024 x 1152 4.16 -> 4.10), 9-10% at
   // 39-42 MiB, 4% at 45.5 MiB in bf16; -2..+3% at 45.5-49 MiB otherwise (float32 896 x 4096
-  // at 45.5 MiB +3.3%, bf16 896 x 8192 at 49 MiB +2.7%).
+  // at 45.5 MiB +3.3%, bf16 896 x 8192 at 49 MiB +2.7%). v42, the band from 1.5 MiB instead of
+  // 7.5 (same binary, hints=0 against the table, two passes, with PDL, µs): the calls without
+  // normed_out whose footprint fell under 7.5 MiB while the full op's did not were 15-20%
+  // slower than the full op and are 15-20% faster plain (bf16 1024 x 1152 4.06 -> 3.46, 1024 x
+  // 1280 4.40 -> 3.66, 768 x 1536 4.32 -> 3.46; float16 1024 x 1152 3.91 -> 3.32; float32 640 x
+  // 1152 3.89 -> 3.42), bf16 896 x 1152 (6.9 MiB) 4.03 -> 3.19, and level to 6% faster at 1.75-7
+  // MiB (128 x 2048 1.85 -> 1.82, 128 x 7168 3.12 -> 3.09, 512 x 1152 2.49 -> 2.43, 512 x 2048
+  // 3.10 -> 3.06, float32 256 x 2048 2.83 -> 2.66, 128 x 8192 level; without PDL 0.6-1.4% at
+  // M = 128, 128 x 8192 level). Under 1.5 MiB hinted: plain was 7-9% slower at bf16 1 / 128 x
+  // 1152 with PDL (1.43 -> 1.55, 1.76 -> 1.89; level without PDL), 0-2.6% faster at 1 / 16 x
+  // 2048..16384.
   const int64_t footprint = rows * hidden * (elem_size * (1 + int64_t{has_residual} + int64_t{writes_normed}) + 1);
   c.hinted = sw.hints >= 0 ? sw.hints == 1
                            : !(footprint >= kL2PlainMinBytes && 100 * footprint <= kL2PlainMaxPercent * dev.l2_bytes);
