@@ -36,7 +36,9 @@ def test_ab_env_runs_both_sides(tmp_path):
     assert sorted(records) == ["g|bfloat16|2x256", "g|bfloat16|3x384"]
     for sides in records.values():
         assert len(sides["A"]) == len(sides["B"]) == 1 and sides["A"][0]["op"] > 0 and sides["B"][0]["op"] > 0
-    assert "g|bfloat16|2x256" in run.stdout
+    # the table's row: the op and the op without normed_out on both sides, B / A of each, both copies
+    row = next(line for line in run.stdout.splitlines() if "g|bfloat16|2x256" in line)
+    assert len(row.strip().strip("|").split(" | ")) == 9, row
 
 
 def test_ab_env_rejects_a_malformed_group(tmp_path):
