@@ -309,7 +309,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   const bool many_rows = ctas_per_wave > wave_vpt1;
   const bool clustered_long = c.shape.cluster > 1 && svec > 512 && ctas_per_wave > dev.sms / 2;
   // Cache hints: the streaming (evict-first) hints keep a large call from flushing L2, but
-  // where the call's buffers (input, residual, normed_out, out) take 7.5 MiB .. 72% of L2,
+  // where the call's buffers (input, residual, normed_out, out) take 1.5 MiB .. 72% of L2 (v42),
   // plain accesses are faster when the call runs again on the same buffers (the benchmark's
   // back-to-back calls; v18 map, H200, 60 MiB of L2, footprint 7 bytes per element in bf16):
   // 14 MiB 6-8% faster (512 x 4096 5.70 -> 5.31 µs), 21-28 MiB 16-21% (2048 x 2048 9.95 ->
