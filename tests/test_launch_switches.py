@@ -5,7 +5,8 @@ slice with and without the shared-memory stash, 1 and 4 vectors per thread, rows
 warps or in half-warps, the weight loaded in pass 1 or 2, launches without programmatic
 dependent launch or with the next grid released at exit, the L2 prefetch of later rows, the
 L2 prefetch of a slice's later tiles in every grid, plain (unhinted) or cache-hinted
-accesses in every grid, one-row CTAs in their own kernel or in the several-row one, the
+accesses in every grid, plain rows of whole warps in the kernel with the per-row barrier code
+or in the one without it (one-row CTAs or every CTA), the
 block-scale stores with the L2 line policy (evict_last, then demoted) in a short grid or without it,
 grids of many rows in lean one-vector rows or in 4-vector rows only, and lean rows of whole
 warps in the kernel for rows with idle lanes or in their own one in every launch, lean rows
@@ -45,10 +46,12 @@ SWITCHES = [
     {"FP8NORM_TUNE": "hints=0,vpt=4,cta=1024,prefetch=1"},  # ... 4-vector rows, 32 rows per CTA, L2
                                                             # prefetch of rows (off by default when plain)
     {"FP8NORM_TUNE": "hints=1"},                 # cache hints in every grid
-    {"FP8NORM_TUNE": "hints=0,row1=0"},          # plain one-row CTAs in the several-row kernel
-    {"FP8NORM_TUNE": "hints=0,row1=1"},          # ... in their own kernel, however many rows per SM
-    {"FP8NORM_TUNE": "hints=0,row1=1,vpt=1"},    # ... but never 1-vector rows (launch_config's guard:
-                                                 # the one-row kernel is compiled for 4 vectors only)
+    {"FP8NORM_TUNE": "hints=0,row1=0"},          # plain rows of whole warps in the kernel with the
+                                                 # per-row barrier code (kWarpRows), every CTA
+    {"FP8NORM_TUNE": "hints=0,row1=1"},          # ... one-row CTAs in the one without it
+                                                 # (kWarpRowsCta), however many rows per SM
+    {"FP8NORM_TUNE": "hints=0,row1=1,vpt=1"},    # ... 1-vector rows
+    {"FP8NORM_TUNE": "hints=0,row1=2,cta=1024"},  # ... every CTA, up to 32 rows (4-vector ones too)
     {"FP8NORM_TUNE": "hints=1,demote=1"},        # block-scale lines evict_last, demoted ~32 rows later
                                                  # (2048 x 2048: scale columns of whole 128-byte lines)
     {"FP8NORM_TUNE": "demote=0"},                # block-scale stores without the line policy
@@ -113,18 +116,16 @@ def test_contract_under_launch_switch(switches):
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
 
 
-# Which kernel a launch takes, read from the profiler's kernel names: lean rows of an odd number
-# of half-warps (bf16 2047 x 1152: 144 vectors, one wave of pairs) run row_vec1_kernel with PAIR
-# (its sixth template argument) with three vectors per thread (VPT, the seventh) by default (the
-# rule: one wave over more than half the CTA slots) and under leanvpt=3, one under leanvpt=1,
-# neither under pair=0 (three-vector rows of 48 threads need pairs).
+# Which kernel a launch takes, read from the profiler's kernel names (the script's arguments: M,
+# H; bf16).
 KERNEL_NAMES = """
+import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 import torch_fp8norm
-x = torch.randn(2047, 1152, device="cuda", dtype=torch.bfloat16)
+x = torch.randn(int(sys.argv[1]), int(sys.argv[2]), device="cuda", dtype=torch.bfloat16)
 r = torch.randn_like(x)
-w = torch.randn(1152, device="cuda", dtype=torch.bfloat16)
+w = torch.randn(x.shape[1], device="cuda", dtype=torch.bfloat16)
 torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r, w)
 torch.cuda.synchronize()
 with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -134,19 +135,51 @@ print("\\n".join(sorted({e.name for e in prof.events() if "fp8norm" in e.name}))
 """
 
 
+def kernel_template_args(tune, m, h, kernel):
+    """The template arguments of the one `kernel` launch of the op on bf16 m x h, with PDL, under
+    FP8NORM_TUNE=tune (None: the table)."""
+    env = dict(os.environ)
+    env.pop("FP8NORM_TUNE", None)
+    env.pop("FP8NORM_PDL", None)
+    if tune is not None:
+        env["FP8NORM_TUNE"] = tune
+    proc = subprocess.run([sys.executable, "-c", KERNEL_NAMES, str(m), str(h)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = [n for n in proc.stdout.splitlines() if kernel + "<" in n]
+    assert len(names) == 1, proc.stdout
+    return [a.strip() for a in names[0].split(">(")[0].split("<", 1)[1].split(",")]
+
+
+# Lean rows of an odd number of half-warps (bf16 2047 x 1152: 144 vectors, one wave of pairs) run
+# row_vec1_kernel with PAIR (its sixth template argument) with three vectors per thread (VPT, the
+# seventh) by default (the rule: one wave over more than half the CTA slots) and under
+# leanvpt=3, one under leanvpt=1, neither under pair=0 (three-vector rows of 48 threads need pairs).
 @pytest.mark.parametrize("tune,pair,vpt", [(None, "true", "3"), ("leanvpt=1", "true", "1"), ("leanvpt=3", "true", "3"),
                                            ("pair=0", "false", "1"), ("pair=0,leanvpt=3", "false", "1")])
 def test_lean_rows_two_per_cta_taken(tune, pair, vpt):
-    env = dict(os.environ)
-    env.pop("FP8NORM_TUNE", None)
-    if tune is not None:
-        env["FP8NORM_TUNE"] = tune
-    proc = subprocess.run([sys.executable, "-c", KERNEL_NAMES], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    names = [n for n in proc.stdout.splitlines() if "row_vec1_kernel" in n]
-    assert len(names) == 1, proc.stdout
     # row_vec1_kernel<T, W, HAS_RES, HINTED, FULL, PAIR, VPT>(...); a bool may print as true / 1,
     # an int with a cast
-    args = [a.strip() for a in names[0].split(">(")[0].split("<", 1)[1].split(",")]
+    args = kernel_template_args(tune, 2047, 1152, "row_vec1_kernel")
     pair_arg = {"1": "true", "0": "false"}.get(args[5], args[5])
-    assert (pair_arg, re.sub(r"\D", "", args[6])) == (pair, vpt), names[0]
+    assert (pair_arg, re.sub(r"\D", "", args[6])) == (pair, vpt), args
+
+
+LAYOUTS = ["kWarpRows", "kHalfWarpRows", "kClusterSlices", "kWarpRowsCta", "kRowVec1"]  # launch.h's order
+
+
+# Plain 1-vector rows of whole warps outside the lean kernel take Layout::kWarpRowsCta, the
+# kernel without the per-row barrier code, by default: in one-row CTAs (bf16 1 x 1152 with PDL:
+# 144 vectors in 160 threads, idle lanes) and in CTAs of several rows (128 x 1024: two rows of
+# 128 threads per CTA); kWarpRows' kernel under row1=0, and under row1=1 where a CTA holds
+# several rows. Hinted (the table's choice under 1.5 MiB), both take kWarpRows' kernel.
+@pytest.mark.parametrize("tune,m,h,layout,hinted", [
+    ("hints=0", 1, 1152, "kWarpRowsCta", "false"), ("hints=0,row1=0", 1, 1152, "kWarpRows", "false"),
+    (None, 1, 1152, "kWarpRows", "true"), ("hints=0", 128, 1024, "kWarpRowsCta", "false"),
+    ("hints=0,row1=1", 128, 1024, "kWarpRows", "false"), (None, 128, 1024, "kWarpRows", "true")])
+def test_plain_one_vector_rows_taken(tune, m, h, layout, hinted):
+    # fused_add_rmsnorm_fp8_block_quant_kernel<T, W, HAS_RES, ALIGNED, VPT, L, HINTED>(...); an
+    # enum may print as its name or as a cast number
+    args = kernel_template_args(tune, m, h, "fused_add_rmsnorm_fp8_block_quant_kernel")
+    name = LAYOUTS[int(args[5].rsplit(")", 1)[1])] if ")" in args[5] else args[5].rsplit("::", 1)[-1]
+    assert (re.sub(r"\D", "", args[4]), name, {"1": "true", "0": "false"}.get(args[6], args[6])) == ("1", layout, hinted), args

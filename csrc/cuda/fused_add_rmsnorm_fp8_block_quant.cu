@@ -87,11 +87,13 @@ const DeviceInfo& device_info(int device) {
 //                              evict_last policy until demoted that many percent of a wave of
 //                              rows later; 0: off; default 200, where the scale columns are whole
 //                              128-byte lines),
-//                              row1=<0|1> (one-row CTAs of plain 4-vector rows in their own
-//                              kernel, Layout::kWarpRow1, with the paired add: 0 never, they
-//                              take the several-row kernel and its float add; 1 in every grid;
-//                              default: grids of at most 3 rows per SM; plain 4-vector rows
-//                              only, whatever the switch says),
+//                              row1=<0|1|2> (CTAs of plain rows in whole warps in the kernel
+//                              without the per-row barrier code and with the paired add,
+//                              Layout::kWarpRowsCta: 0 never, they take kWarpRows' (4-vector
+//                              rows: its float add); 1 one-row CTAs, in every grid; 2 every
+//                              CTA; default: 1-vector rows always, 4-vector rows in one-row
+//                              CTAs in grids of at most 3 rows per SM; named for its first
+//                              rule, one-row CTAs),
 //                              rowvec1=<0|1> (one-vector one-tile one-row CTAs of aligned rows
 //                              in their own kernel, Layout::kRowVec1: 0 never, they take
 //                              kWarpRows' kernel; 1 always; default: without PDL, or with
@@ -125,7 +127,7 @@ struct Switches {
   int weight_pass = 0;  // 0: from the table
   int tile_prefetch = -1;  // -1: from the table (one CTA per SM at most, or streams over 1 GiB)
   int hints = -1;          // -1: from the table (plain where the call's bytes fit in L2)
-  int row1 = -1;           // -1: from the table (at most 3 rows per SM)
+  int row1 = -1;           // -1: from the table (Layout::kWarpRowsCta)
   int demote_pct = -1;     // -1: the launcher's default (two waves)
   int row_vec1 = -1;       // -1: from the table (Layout::kRowVec1)
   int lean_vecs = -1;      // -1: from the table (lean one-vector rows in grids of many rows)
@@ -165,7 +167,7 @@ const Switches& switches() {
       s.weight_pass = std::clamp(tune_value(spec, "weight", 0), 0, 2);
       s.tile_prefetch = std::clamp(tune_value(spec, "tiles", -1), -1, 1);
       s.hints = std::clamp(tune_value(spec, "hints", -1), -1, 1);
-      s.row1 = std::clamp(tune_value(spec, "row1", -1), -1, 1);
+      s.row1 = std::clamp(tune_value(spec, "row1", -1), -1, 2);
       s.demote_pct = std::clamp(tune_value(spec, "demote", -1), -1, 1000);
       s.row_vec1 = std::clamp(tune_value(spec, "rowvec1", -1), -1, 1);
       s.lean_vecs = std::clamp(tune_value(spec, "lean", -1), -1, 1024);
@@ -269,7 +271,7 @@ constexpr int64_t kPairVecs = 896;        // cluster of two: see the table above
 constexpr int64_t kNoPdlWholeVecs = 512;  // cluster without PDL: see the table above
 constexpr int64_t kWholeElems = 1536;     // cluster (elements, not vectors): see the table above
 constexpr int64_t kHugeStreamBytes = int64_t{1} << 30;  // tile prefetch: see below
-constexpr int64_t kRow1MaxRowsPerSm = 3;                 // one-row kernel: see below
+constexpr int64_t kRow1MaxRowsPerSm = 3;                 // kWarpRowsCta (4-vector rows): see below
 constexpr int64_t kLeanMinVecs = 128;                    // lean one-vector rows: see below
 constexpr int64_t kLeanMaxVecs = 512;
 constexpr int64_t kLeanPairMaxThreads = 512;             // two lean rows per CTA: see below
@@ -452,17 +454,28 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   const bool huge = rows * hidden * elem_size > kHugeStreamBytes;
   c.shape.prefetch_tiles = dev.major >= 9 && c.shape.ntiles > 1 &&
                            (sw.tile_prefetch >= 0 ? sw.tile_prefetch == 1 : ctas_per_wave <= dev.sms || huge);
-  // One-row CTAs of plain 4-vector rows (Layout::kWarpRow1: the paired residual add, no per-row
-  // barrier code) where the grid has at most 3 rows per SM; more rows per SM take the several-row
-  // kernel (its float add) with one row per CTA. Same-run A/B, bf16 (v22): 1.9-2.9 rows per SM
-  // 2.5-13% faster (384 x 5120 5.84 -> 5.08 µs, 256 x 5120 4.50 -> 4.32, 384 x 8192 7.21 -> 7.03),
-  // one per SM 2.6-4.6% (128 x 16384 5.63 -> 5.38, 128 x 32768 9.52 -> 9.30), level at 256 x
-  // 16384 (+0.7%) and 64 x 32768; 3.9 per SM 5% slower with short rows (512 x 5120 6.02 -> 6.35,
-  // 512 x 6144 6.70 -> 7.02), level with longer ones (512 x 7168) and at 5.8 (768 x 5120).
-  // The launcher takes kWarpRow1 only for aligned rows (known at launch); every other launch of
-  // one-row CTAs takes kWarpRows' kernel.
-  c.row1 = c.vpt == 4 && !c.hinted &&
-           (sw.row1 >= 0 ? sw.row1 == 1 : rows <= kRow1MaxRowsPerSm * dev.sms);
+  // Plain rows of whole warps take Layout::kWarpRowsCta (the kernel without the per-row barrier
+  // code, and with the paired residual add; was kWarpRow1) instead of kWarpRows' kernel:
+  // - 4-vector rows in one-row CTAs where the grid has at most 3 rows per SM; more rows per SM
+  //   take the several-row kernel (its float add). Same-run A/B, bf16 (v22): 1.9-2.9 rows per SM
+  //   2.5-13% faster (384 x 5120 5.84 -> 5.08 µs, 256 x 5120 4.50 -> 4.32, 384 x 8192 7.21 ->
+  //   7.03), one per SM 2.6-4.6% (128 x 16384 5.63 -> 5.38, 128 x 32768 9.52 -> 9.30), level at
+  //   256 x 16384 (+0.7%) and 64 x 32768; 3.9 per SM 5% slower with short rows (512 x 5120 6.02 ->
+  //   6.35, 512 x 6144 6.70 -> 7.02), level with longer ones (512 x 7168) and at 5.8 (768 x 5120).
+  //   4-vector rows several to a CTA keep kWarpRows (v20's per-row barriers; 4096 x 512, eight
+  //   rows per CTA: level, v43).
+  // - 1-vector rows, one or several to a CTA (v43; the one-row ones: with PDL, rows with idle
+  //   lanes in CTAs of under 512 threads, one per SM at most, outside the lean kernel). Same
+  //   binary, three passes, with PDL, plain, µs: one-row CTAs 1 x 1152 1.57 -> 1.44, 16 x 1152
+  //   1.67 -> 1.55, 128 x 1152 1.83 -> 1.75 (hinted, the table's choice there: 1.42 / 1.53 /
+  //   1.72), 128 x 1920 1.98 -> 1.88, 128 x 2176 2.15 -> 2.05, 128 x 3200 2.45 -> 2.35, float16
+  //   128 x 2176 2.17 -> 2.06; several rows per CTA 256 x 1024 2.03 -> 1.91, 512 x 1024 2.52 ->
+  //   2.45, 1024 x 1024 3.46 -> 3.37, 512 x 512 1.93 -> 1.81, 2048 x 512 3.42 -> 3.38, 1 x 1024
+  //   1.45 -> 1.34; without normed_out level to 4% faster.
+  // The launcher takes kWarpRowsCta only for aligned rows (known at launch); unaligned ones take
+  // kWarpRows' kernel.
+  const bool cta_default = c.vpt == 1 || (c.rows_per_cta == 1 && rows <= kRow1MaxRowsPerSm * dev.sms);
+  c.cta_barrier = !c.hinted && (sw.row1 >= 0 ? sw.row1 >= 1 && (c.rows_per_cta == 1 || sw.row1 == 2) : cta_default);
   // One-vector one-tile one-row CTAs (decode rows of one CTA) take their own lean kernel
   // (Layout::kRowVec1, kernel.cuh: row_vec1_kernel, fewer instructions per thread; the launcher
   // takes it for aligned rows only), except with PDL in CTAs of under 512 threads with idle

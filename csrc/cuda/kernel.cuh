@@ -222,10 +222,12 @@ __device__ __forceinline__ void wait_previous_grid(bool release) {
 // rows, with the named barrier 1 + its index (`bar.sync id, threads`: only the row's warps take
 // part, and it orders their shared-memory accesses as __syncthreads does the CTA's). Half-warp
 // rows share warps with their neighbours and cluster slices are one per CTA: those keep the CTA
-// barrier. PER_ROW is on in the plain-access kernels only (the L2 window's multi-row grids:
-// 2048 x 2048 2.3% faster, the others 0.4-0.9%); in the hinted kernels it measured 4-7% slower
-// at decode, in one-row CTAs that never take the per-row path (the code around the barrier),
-// and 0.7-1.0% slower at large M (benchmarks/NOTES.md, v20).
+// barrier. PER_ROW is on in the plain-access kWarpRows kernels only (the L2 window's multi-row
+// grids: 2048 x 2048 2.3% faster, the others 0.4-0.9%); in the hinted kernels it measured 4-7%
+// slower at decode, in one-row CTAs that never take the per-row path (the code around the
+// barrier), and 0.7-1.0% slower at large M (benchmarks/NOTES.md, v20). Plain 1-vector rows were
+// slower with it too (6-10% in one-row CTAs, 1-7% in CTAs of several rows; v43), so the launch
+// rule gives those Layout::kWarpRowsCta, its kernel without this code.
 template <Layout L, bool PER_ROW>
 __device__ __forceinline__ void row_barrier() {
   if constexpr (PER_ROW && L == Layout::kWarpRows) {
@@ -528,9 +530,9 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   // plain-access 4-vector kWarpRows one: there, in the L2 window's one-wave grids of several
   // rows per CTA, it measured 0.6-3.9% slower (2048 x 2048 8.03 -> 8.34 µs), where elsewhere
   // it is 1-3.6% faster (128 x 8192 3.77 -> 3.67, 1 x 16384 1.99 -> 1.95; benchmarks/NOTES.md,
-  // v21). One-row CTAs of those rows take Layout::kWarpRow1, with the paired add, in grids of
+  // v21). One-row CTAs of those rows take Layout::kWarpRowsCta, with the paired add, in grids of
   // at most 3 rows per SM (128 x 16384 5.60 -> 5.36 µs), and this kernel above (512 x 5120:
-  // 6.36 µs with the paired add, 6.00 without; launch_config, v22).
+  // 6.36 µs with the paired add, 6.00 without; launch_config, v22; kWarpRowsCta was kWarpRow1).
   constexpr bool kPairedAdd = HINTED || L != Layout::kWarpRows || VPT != 4;
   constexpr bool kScaleLines = FP8NORM_SM90 && scale_line_policy<VPT, L, HINTED>();
 
@@ -1114,12 +1116,17 @@ void launch(const RowArgs& a, const LaunchConfig& cfg, bool aligned, cudaStream_
           case Layout::kClusterSlices:
             with_layout(std::integral_constant<Layout, Layout::kClusterSlices>{});
             break;
-          case Layout::kWarpRow1:
-            // Plain-access 4-vector one-row CTAs (launch_config sets row1 only for those); it is
-            // compiled for aligned rows only, so unaligned ones take kWarpRows' kernel.
+          case Layout::kWarpRowsCta:
+            // Plain-access CTAs of whole-warp rows (launch_config sets cta_barrier only for
+            // those); it is compiled for aligned rows only, so unaligned ones take kWarpRows'.
             if constexpr (decltype(al)::value) {
               constexpr bool R = std::decay_t<decltype(has_res)>::value;
-              launch_one<T, W, R, true, 4, Layout::kWarpRow1, false>(a, cfg, stream);
+              if (cfg.vpt == 4) {
+                launch_one<T, W, R, true, 4, Layout::kWarpRowsCta, false>(a, cfg, stream);
+              } else {
+                TORCH_CHECK(cfg.vpt == 1, "fp8norm: unsupported vectors per thread ", to_str(cfg.vpt));
+                launch_one<T, W, R, true, 1, Layout::kWarpRowsCta, false>(a, cfg, stream);
+              }
             } else {
               with_layout(std::integral_constant<Layout, Layout::kWarpRows>{});
             }

@@ -46,18 +46,18 @@ constexpr size_t reduction_smem_bytes(int rows_per_cta) {
 //   kHalfWarpRows  each row (whole, one CTA) in whole half-warps: a warp may hold the end of one
 //                  row and the start of the next (2-byte types only)
 //   kClusterSlices each row split into slices over the CTAs of a thread-block cluster (sm_90+)
-//   kWarpRow1      one row per CTA in whole warps: compiled for the plain-access 4-vector rows
-//                  only (launch_config picks it only for those, and the launcher only for
-//                  aligned rows: every other launch of one-row CTAs takes kWarpRows); its code
-//                  differs from kWarpRows' by the residual's paired add (kernel.cuh) and no
-//                  per-row barrier code
+//   kWarpRowsCta   as kWarpRows, but the rows of a CTA meet at the CTA-wide barrier: no
+//                  per-row barrier code (kWarpRows has it in the plain-access kernels: row_barrier
+//                  in kernel.cuh) and, in 4-vector rows, the residual's paired add; compiled for
+//                  plain-access aligned rows only (launch_config picks it only for those, and
+//                  the launcher only for aligned rows: unaligned ones take kWarpRows)
 //   kRowVec1       one row per CTA, one 16-byte vector per thread (one tile), whole warps: its
 //                  own lean kernel (row_vec1_kernel, kernel.cuh), for aligned rows (the launcher
 //                  gives unaligned ones kWarpRows' kernel); the decode rows of one CTA, and
 //                  the lean rows of grids of many rows (launch_config); with pair_rows two
 //                  rows per CTA of an odd number of half-warps each; with lean_vpt 3 three
 //                  vectors per thread
-enum class Layout { kWarpRows, kHalfWarpRows, kClusterSlices, kWarpRow1, kRowVec1 };
+enum class Layout { kWarpRows, kHalfWarpRows, kClusterSlices, kWarpRowsCta, kRowVec1 };
 
 // What the kernel needs to know about the launch, besides blockDim and RowArgs.
 struct TileShape {
@@ -96,9 +96,9 @@ struct LaunchConfig {
   int prefetch_pct = -1;  // L2 prefetch distance in percent of the CTAs resident at once (the
                           // launcher turns it into shape.prefetch_ctas; 0: off; -1: by the
                           // number of waves, off in the plain-access kernels)
-  bool row1 = false;      // one-row CTAs of whole warps take Layout::kWarpRow1 (launch_config
-                          // sets it only for plain-access 4-vector rows, by its rule; the
-                          // launcher still needs aligned rows for it)
+  bool cta_barrier = false;  // CTAs of plain-access rows in whole warps take
+                             // Layout::kWarpRowsCta (launch_config's rule; the launcher still
+                             // needs aligned rows for it)
   bool row_vec1 = false;  // one-vector one-tile one-row CTAs take Layout::kRowVec1
                           // (launch_config's rule; the launcher still needs aligned rows)
   bool full_rows = false; // the row is whole warps (its vectors == threads_x) and, in
@@ -120,9 +120,9 @@ struct LaunchConfig {
     return shape.cluster > 1      ? Layout::kClusterSlices
            : pair_rows            ? Layout::kRowVec1
            : half_warp_rows()     ? Layout::kHalfWarpRows
-           : rows_per_cta == 1 && row1 ? Layout::kWarpRow1
            : rows_per_cta == 1 && vpt == 1 && shape.ntiles == 1 && row_vec1 ? Layout::kRowVec1
-                                       : Layout::kWarpRows;
+           : cta_barrier          ? Layout::kWarpRowsCta
+                                  : Layout::kWarpRows;
   }
 };
 
