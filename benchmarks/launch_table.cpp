@@ -1,0 +1,48 @@
+// Prints the CUDA op's launch table (launch_config in fused_add_rmsnorm_fp8_block_quant.cu) for a
+// grid of shapes, on a machine without a GPU: see launch_table.sh, which builds this file with
+// -DFP8NORM_LAUNCH_SRC naming the .cu to include (the host code only; the kernels are stubbed).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdio>
+
+#include FP8NORM_LAUNCH_SRC
+
+namespace fp8norm {
+namespace cuda {
+// The kernels' launcher (kernel_<dtype>.cu) is not built here: launch_config alone is printed.
+template <typename T>
+void launch(const RowArgs&, const LaunchConfig&, bool, cudaStream_t) {}
+}  // namespace cuda
+}  // namespace fp8norm
+
+int main() {
+  using namespace fp8norm::cuda;
+  DeviceInfo dev;  // the H200's facts (cudaDeviceGetAttribute there)
+  dev.sms = 132;
+  dev.max_smem = 232448;
+  dev.major = 9;
+  dev.l2_bytes = int64_t{60} << 20;
+  const int64_t ms[] = {1, 16, 128, 512, 2048, 8192, 16384, 32768};
+  const int64_t hs[] = {512, 1024, 1152, 1408, 1920, 2048, 2176, 3200, 4096, 5120, 6144, 7168, 8192, 16384, 32768, 65536};
+  // Layout's enumerators by value (launch.h's order; kWarpRowsCta was kWarpRow1 before v43).
+  const char* layouts[] = {"kWarpRows", "kHalfWarpRows", "kClusterSlices", "kWarpRowsCta", "kRowVec1"};
+  for (int pdl = 1; pdl >= 0; --pdl) {
+    for (int es : {2, 4}) {
+      for (int normed = 1; normed >= 0; --normed) {
+        for (int64_t m : ms) {
+          for (int64_t h : hs) {
+            Switches sw;
+            sw.pdl = pdl == 1;
+            const LaunchConfig c = launch_config(m, h, es, true, normed == 1, true, dev, sw);
+            std::printf("pdl=%d bytes=%d normed=%d %5lld x %-5lld %-14s vpt=%d lean_vpt=%d threads=%d rows=%d "
+                        "tiles=%d cluster=%d hinted=%d full=%d pair=%d\n",
+                        pdl, es, normed, static_cast<long long>(m), static_cast<long long>(h),
+                        layouts[static_cast<int>(c.layout())], c.vpt, c.lean_vpt, c.threads_x, c.rows_per_cta,
+                        c.shape.ntiles, c.shape.cluster, c.hinted, c.full_rows, c.pair_rows);
+          }
+        }
+      }
+    }
+  }
+}
