@@ -19,9 +19,8 @@ else
   src=$PWD/csrc
 fi
 torch_dir=$(python3 -c "import os, torch; print(os.path.dirname(torch.__file__))")
-# The nvcc on PATH may be a wrapper outside the toolkit (as in .ci/run): ask it where its toolkit is.
-top=$(nvcc --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p' | head -n 1)
-cuda_home=${CUDA_HOME:-$(cd "$top" && pwd -P)}
+. .ci/cuda_home.sh
+cuda_home=${CUDA_HOME:?"no CUDA toolkit found (nvcc on PATH, or CUDA_HOME)"}
 g++ -std=c++20 -O1 -w -DFP8NORM_LAUNCH_SRC="\"$src/cuda/fused_add_rmsnorm_fp8_block_quant.cu\"" \
   -I"$torch_dir/include" -I"$torch_dir/include/torch/csrc/api/include" -I"$cuda_home/include" \
   benchmarks/launch_table.cpp "$src/common/args.cpp" -o "$tmp/launch_table" \

@@ -1,17 +1,16 @@
 """The CUDA kernel under every launch shape the table can pick, forced through the environment
 switches (FP8NORM_PDL, FP8NORM_TUNE; read once per process, so each setting runs in a fresh
-interpreter): clusters of 2..8 CTAs per row with even and uneven slices, several tiles per
-slice with and without the shared-memory stash, 1 and 4 vectors per thread, rows in whole
-warps or in half-warps, the weight loaded in pass 1 or 2, launches without programmatic
-dependent launch or with the next grid released at exit, the L2 prefetch of later rows, the
-L2 prefetch of a slice's later tiles in every grid, plain (unhinted) or cache-hinted
-accesses in every grid, plain rows of whole warps in the kernel with the per-row barrier code
-or in the one without it (one-row CTAs or every CTA), the
-block-scale stores with the L2 line policy (evict_last, then demoted) in a short grid or without it,
-grids of many rows in lean one-vector rows or in 4-vector rows only, and lean rows of whole
-warps in the kernel for rows with idle lanes or in their own one in every launch, lean rows
-of an odd number of half-warps two per CTA (the default) or one, and lean rows of three vectors
-per thread in every lean grid or in none.
+interpreter): clusters of 2..8 CTAs per row with even and uneven slices, several tiles per slice
+with and without the shared-memory stash, 1 and 4 vectors per thread, rows in whole warps or in
+half-warps, the weight loaded in pass 1 or 2, launches without programmatic dependent launch or
+with the next grid released at exit, the L2 prefetch of later rows, the L2 prefetch of a slice's
+later tiles in every grid, plain (unhinted) or cache-hinted accesses in every grid, plain rows
+of whole warps in the kernel with the per-row barrier code or in the one without it (one-row
+CTAs or every CTA), the block-scale stores with the L2 line policy (evict_last, then demoted) in
+a short grid or without it, grids of many rows in lean one-vector rows or in 4-vector rows only,
+and lean rows of whole warps in the kernel for rows with idle lanes or in their own one in every
+launch, lean rows of an odd number of half-warps two per CTA (the default) or one, and lean rows
+of three vectors per thread in every lean grid or in none.
 Each case is checked against the full contract."""
 import os
 import re
@@ -151,6 +150,11 @@ def kernel_template_args(tune, m, h, kernel):
     return [a.strip() for a in names[0].split(">(")[0].split("<", 1)[1].split(",")]
 
 
+def template_bool(arg):
+    """A bool template argument as printed in a kernel name (true / 1): "true" or "false"."""
+    return {"1": "true", "0": "false"}.get(arg, arg)
+
+
 # Lean rows of an odd number of half-warps (bf16 2047 x 1152: 144 vectors, one wave of pairs) run
 # row_vec1_kernel with PAIR (its sixth template argument) with three vectors per thread (VPT, the
 # seventh) by default (the rule: one wave over more than half the CTA slots) and under
@@ -161,8 +165,7 @@ def test_lean_rows_two_per_cta_taken(tune, pair, vpt):
     # row_vec1_kernel<T, W, HAS_RES, HINTED, FULL, PAIR, VPT>(...); a bool may print as true / 1,
     # an int with a cast
     args = kernel_template_args(tune, 2047, 1152, "row_vec1_kernel")
-    pair_arg = {"1": "true", "0": "false"}.get(args[5], args[5])
-    assert (pair_arg, re.sub(r"\D", "", args[6])) == (pair, vpt), args
+    assert (template_bool(args[5]), re.sub(r"\D", "", args[6])) == (pair, vpt), args
 
 
 LAYOUTS = ["kWarpRows", "kHalfWarpRows", "kClusterSlices", "kWarpRowsCta", "kRowVec1"]  # launch.h's order
@@ -182,4 +185,4 @@ def test_plain_one_vector_rows_taken(tune, m, h, layout, hinted):
     # enum may print as its name or as a cast number
     args = kernel_template_args(tune, m, h, "fused_add_rmsnorm_fp8_block_quant_kernel")
     name = LAYOUTS[int(args[5].rsplit(")", 1)[1])] if ")" in args[5] else args[5].rsplit("::", 1)[-1]
-    assert (re.sub(r"\D", "", args[4]), name, {"1": "true", "0": "false"}.get(args[6], args[6])) == ("1", layout, hinted), args
+    assert (re.sub(r"\D", "", args[4]), name, template_bool(args[6])) == ("1", layout, hinted), args
