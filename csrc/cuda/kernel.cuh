@@ -1092,24 +1092,25 @@ void launch(const RowArgs& a, const LaunchConfig& cfg, bool aligned, cudaStream_
     using W = std::conditional_t<decltype(w_float)::value, float, T>;
     with_bool(a.residual != nullptr, [&](auto has_res) {
       with_bool(aligned, [&](auto al) {
-        auto with_layout = [&](auto layout) {
-          constexpr bool R = decltype(has_res)::value, A = decltype(al)::value;
+        constexpr bool R = decltype(has_res)::value, A = decltype(al)::value;
+        // The layout's kernel with the given hints, by vectors per thread.
+        auto with_vpt = [&](auto layout, auto hinted) {
           constexpr Layout L = decltype(layout)::value;
-          auto with_hints = [&](auto hinted) {
-            constexpr bool H = decltype(hinted)::value;
-            if (cfg.vpt == 4) {
-              launch_one<T, W, R, A, 4, L, H>(a, cfg, stream);
-            } else {
-              TORCH_CHECK(cfg.vpt == 1, "fp8norm: unsupported vectors per thread ", to_str(cfg.vpt));
-              launch_one<T, W, R, A, 1, L, H>(a, cfg, stream);
-            }
-          };
+          constexpr bool H = decltype(hinted)::value;
+          if (cfg.vpt == 4) {
+            launch_one<T, W, R, A, 4, L, H>(a, cfg, stream);
+          } else {
+            TORCH_CHECK(cfg.vpt == 1, "fp8norm: unsupported vectors per thread ", to_str(cfg.vpt));
+            launch_one<T, W, R, A, 1, L, H>(a, cfg, stream);
+          }
+        };
+        auto with_layout = [&](auto layout) {
           // Plain accesses are compiled only for aligned rows of one CTA; other kernels keep
           // their hints whatever cfg.hinted says.
-          if constexpr (A && L != Layout::kClusterSlices) {
-            with_bool(cfg.hinted, with_hints);
+          if constexpr (A && decltype(layout)::value != Layout::kClusterSlices) {
+            with_bool(cfg.hinted, [&](auto hinted) { with_vpt(layout, hinted); });
           } else {
-            with_hints(std::true_type{});
+            with_vpt(layout, std::true_type{});
           }
         };
         switch (cfg.layout()) {
@@ -1119,14 +1120,8 @@ void launch(const RowArgs& a, const LaunchConfig& cfg, bool aligned, cudaStream_
           case Layout::kWarpRowsCta:
             // Plain-access CTAs of whole-warp rows (launch_config sets cta_barrier only for
             // those); it is compiled for aligned rows only, so unaligned ones take kWarpRows'.
-            if constexpr (decltype(al)::value) {
-              constexpr bool R = std::decay_t<decltype(has_res)>::value;
-              if (cfg.vpt == 4) {
-                launch_one<T, W, R, true, 4, Layout::kWarpRowsCta, false>(a, cfg, stream);
-              } else {
-                TORCH_CHECK(cfg.vpt == 1, "fp8norm: unsupported vectors per thread ", to_str(cfg.vpt));
-                launch_one<T, W, R, true, 1, Layout::kWarpRowsCta, false>(a, cfg, stream);
-              }
+            if constexpr (A) {
+              with_vpt(std::integral_constant<Layout, Layout::kWarpRowsCta>{}, std::false_type{});
             } else {
               with_layout(std::integral_constant<Layout, Layout::kWarpRows>{});
             }
@@ -1134,8 +1129,7 @@ void launch(const RowArgs& a, const LaunchConfig& cfg, bool aligned, cudaStream_
           case Layout::kRowVec1:
             // One-vector one-row CTAs: their own kernel for aligned rows (either hint); unaligned
             // ones take kWarpRows' kernel.
-            if constexpr (decltype(al)::value) {
-              constexpr bool R = std::decay_t<decltype(has_res)>::value;
+            if constexpr (A) {
               with_bool(cfg.hinted, [&](auto hinted) {
                 launch_one<T, W, R, true, 1, Layout::kRowVec1, decltype(hinted)::value>(a, cfg, stream);
               });
