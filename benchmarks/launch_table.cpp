@@ -5,6 +5,9 @@
 #include <cuda_fp16.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <utility>
+#include <vector>
 
 #include FP8NORM_LAUNCH_SRC
 
@@ -23,16 +26,33 @@ int main() {
   dev.max_smem = 232448;
   dev.major = 9;
   dev.l2_bytes = int64_t{60} << 20;
-  const int64_t ms[] = {1, 16, 128, 512, 2048, 8192, 16384, 32768};
-  const int64_t hs[] = {512, 1024, 1152, 1408, 1920, 2048, 2176, 3200, 4096, 5120, 6144, 7168, 8192, 16384, 32768, 65536};
+  // The grid, or the shapes in SHAPES ("MxH,MxH,...").
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  if (const char* list = std::getenv("SHAPES")) {
+    for (const char* p = list; *p;) {
+      char* end;
+      const long long m = std::strtoll(p, &end, 10);
+      const long long h = *end == 'x' ? std::strtoll(end + 1, &end, 10) : 0;
+      if (m <= 0 || h <= 0 || (*end != ',' && *end != '\0')) {
+        std::fprintf(stderr, "SHAPES: expected MxH,MxH,..., got %s\n", list);
+        return 2;
+      }
+      shapes.emplace_back(m, h);
+      p = *end ? end + 1 : end;
+    }
+  } else {
+    for (int64_t m : {1, 16, 128, 512, 2048, 8192, 16384, 32768})
+      for (int64_t h : {512, 1024, 1152, 1408, 1920, 2048, 2176, 3200, 4096, 5120, 6144, 7168, 8192, 16384, 32768, 65536})
+        shapes.emplace_back(m, h);
+  }
   // Layout's enumerators by value (launch.h's order; kWarpRowsCta was kWarpRow1 before v43).
   const char* layouts[] = {"kWarpRows", "kHalfWarpRows", "kClusterSlices", "kWarpRowsCta", "kRowVec1"};
   for (int pdl = 1; pdl >= 0; --pdl) {
     for (int es : {2, 4}) {
       for (int normed = 1; normed >= 0; --normed) {
-        for (int64_t m : ms) {
-          for (int64_t h : hs) {
-            Switches sw;
+        for (const auto& [m, h] : shapes) {
+          {
+            Switches sw = switches();  // FP8NORM_TUNE from the environment, as in the op
             sw.pdl = pdl == 1;
             const LaunchConfig c = launch_config(m, h, es, true, normed == 1, true, dev, sw);
             std::printf("pdl=%d bytes=%d normed=%d %5lld x %-5lld %-14s vpt=%d lean_vpt=%d threads=%d rows=%d "
