@@ -186,3 +186,16 @@ def test_plain_one_vector_rows_taken(tune, m, h, layout, hinted):
     args = kernel_template_args(tune, m, h, "fused_add_rmsnorm_fp8_block_quant_kernel")
     name = LAYOUTS[int(args[5].rsplit(")", 1)[1])] if ")" in args[5] else args[5].rsplit("::", 1)[-1]
     assert (re.sub(r"\D", "", args[4]), name, template_bool(args[6])) == ("1", layout, hinted), args
+
+
+# With PDL where the hinted call's bytes fit in L2 (footprint 72% .. 100% of the H200's L2), lean
+# rows (row_vec1_kernel) where 4-vector rows would leave idle lanes (bf16 6144 x 1152: 144
+# vectors, 36 lanes of 48), 4-vector rows where they fill whole half-warps (4096 x 2048: 256
+# vectors, 64 lanes); vpt=4 gives 6144 x 1152 the 4-vector rows.
+@pytest.mark.parametrize("tune,m,h,kernel,vpt", [
+    (None, 6144, 1152, "row_vec1_kernel", "1"), ("vpt=4", 6144, 1152, "fused_add_rmsnorm_fp8_block_quant_kernel", "4"),
+    (None, 4096, 2048, "fused_add_rmsnorm_fp8_block_quant_kernel", "4")])
+def test_lean_rows_in_l2_band_taken(tune, m, h, kernel, vpt):
+    # row_vec1_kernel's VPT is its seventh template argument, the other kernel's its fifth
+    args = kernel_template_args(tune, m, h, kernel)
+    assert re.sub(r"\D", "", args[6 if kernel == "row_vec1_kernel" else 4]) == vpt, args
