@@ -103,7 +103,7 @@ const DeviceInfo& device_info(int device) {
 //                              Layout::kRowVec1, with PDL in L2 too; 0: none, they take
 //                              4-vector rows; default 512, not with PDL where the
 //                              hinted call's bytes fit in L2, except rows of at most 384
-//                              vectors whose 4-vector rows would leave idle lanes),
+//                              vectors not a multiple of 64),
 //                              full=0 / 1 (Layout::kRowVec1 rows of whole warps in the kernel
 //                              for rows with idle lanes, with its `valid` predicate / in their
 //                              own FULL kernel, without it, in every launch; default: FULL
@@ -351,19 +351,21 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // without PDL; a release at exit slowed both kinds of rows there, v34). Float32 rows of 512
   // vectors (H = 2048), with PDL: 8192 x 2048 1.1-1.4% faster (73.5 -> 72.5, 73.1 -> 72.3 µs, two
   // runs), 16384 x 2048 level (-0.1 / +0.4%; v33, v34). Rows under 128 vectors: none (not
-  // measured). In that band with PDL, rows of at most 384 vectors whose 4-vector rows leave idle
-  // lanes (a row not a whole number of half-warps of 4 vectors: svec % 64 != 0) are lean again
-  // (v44; same binary, with PDL, µs, 4-vector rows -> lean): bf16 6144 x 1152 (36 of 48 lanes)
-  // 16.76 -> 15.63, 7000 x 1152 19.37 -> 17.84, 6144 x 1280 18.64 -> 17.45, 5632 x 1408 (44 of
-  // 48) 18.55 -> 18.07, 4608 x 1664 18.14 -> 17.58, 4352 x 1792 18.18 -> 17.22, 3584 x 2176 18.59
-  // -> 17.48, 3072 x 2688 (336 vectors) 19.44 -> 18.86, float16 6144 x 1152 16.29 -> 15.43;
-  // without normed_out 9216 x 1152 21.75 -> 20.66, 8192 x 1280 21.68 -> 19.44, 8192 x 1152 19.46
-  // -> 18.13, 8192 x 1408 level (22.55 -> 22.51); float32 (whole warps: 72 of 96 lanes at H =
-  // 1152) 3584 x 1152 / 1280 level to 1.8% faster, without normed_out 5632 x 1152 20.96 ->
-  // 20.10. Longer rows lose: bf16 2048 x 3200 (400 vectors, 100 of 112 lanes) 14.64 -> 15.01,
-  // 2048 x 3712 16.65 -> 17.29, float32 2048 x 1920 (480) 14.86 -> 15.92 (352 / 368 vectors: not
-  // measured). FP8NORM_TUNE=lean=N: rows of 128..N vectors, with PDL in L2 in every case (0:
-  // none); vpt=4: the 4-vector rows.
+  // measured). In that band with PDL, rows of at most 384 vectors that are not a multiple of 64 are
+  // lean again: in 2-byte types exactly the rows whose 4-vector rows (whole half-warps) leave idle
+  // lanes. Float32 4-vector rows are whole warps, so 320 vectors (H = 1280: 80 lanes of 96) leave
+  // idle lanes too but keep them: lean rows measured level there (3584 x 1280, below, under
+  // lean=512). v44, same binary, with PDL, µs, 4-vector rows -> lean: bf16 6144 x 1152 (36 of 48
+  // lanes) 16.76 -> 15.63, 7000 x 1152 19.37 -> 17.84, 6144 x 1280 18.64 -> 17.45, 5632 x 1408 (44
+  // of 48) 18.55 -> 18.07, 4608 x 1664 18.14 -> 17.58, 4352 x 1792 18.18 -> 17.22, 3584 x 2176
+  // 18.59 -> 17.48, 3072 x 2688 (336 vectors) 19.44 -> 18.86, float16 6144 x 1152 16.29 -> 15.43;
+  // without normed_out 9216 x 1152 21.75 -> 20.66, 8192 x 1280 21.68 -> 19.44, 8192 x 1152 19.46 ->
+  // 18.13, 8192 x 1408 level (22.55 -> 22.51); float32 3584 x 1152 (72 of 96 lanes) level to 1.8%
+  // faster, 3584 x 1280 level (-0.2%), without normed_out 5632 x 1152 20.96 -> 20.10. Longer rows
+  // lose: bf16 2048 x 3200 (400 vectors, 100 of 112 lanes) 14.64 -> 15.01, 2048 x 3712 16.65 ->
+  // 17.29, float32 2048 x 1920 (480) 14.86 -> 15.92 (352 / 368 vectors: not measured).
+  // FP8NORM_TUNE=lean=N: rows of 128..N vectors, with PDL in L2 in every case (0: none); vpt=4: the
+  // 4-vector rows.
   const int64_t lean_max = sw.lean_vecs >= 0 ? sw.lean_vecs : kLeanMaxVecs;
   const bool l2_resident_pdl = dev.major >= 9 && sw.pdl && c.hinted && footprint <= dev.l2_bytes;
   const bool lean_in_l2 = svec % (4 * 16) != 0 && svec <= kLeanL2MaxVecs;
