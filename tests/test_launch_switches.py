@@ -116,33 +116,40 @@ def test_contract_under_launch_switch(switches):
 
 
 # Which kernel a launch takes, read from the profiler's kernel names (the script's arguments: M,
-# H; bf16).
+# H, and 1 to write normed_out or 0 not to; bf16).
 KERNEL_NAMES = """
 import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 import torch_fp8norm
-x = torch.randn(int(sys.argv[1]), int(sys.argv[2]), device="cuda", dtype=torch.bfloat16)
+from torch_fp8norm.ops import block_scale_layout_strides
+m, h = int(sys.argv[1]), int(sys.argv[2])
+x = torch.randn(m, h, device="cuda", dtype=torch.bfloat16)
 r = torch.randn_like(x)
-w = torch.randn(x.shape[1], device="cuda", dtype=torch.bfloat16)
-torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r, w)
+w = torch.randn(h, device="cuda", dtype=torch.bfloat16)
+out = torch.empty(m, h, device="cuda", dtype=torch.float8_e4m3fn)
+scale = torch.empty_strided((m, h // 128), block_scale_layout_strides(m), device="cuda", dtype=torch.float32)
+normed = torch.empty_like(x) if sys.argv[3] == "1" else None
+def call():
+    torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out(x, r, w, out=out, block_scale=scale, normed_out=normed)
+call()
 torch.cuda.synchronize()
 with profile(activities=[ProfilerActivity.CUDA]) as prof:
-    torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r, w)
+    call()
     torch.cuda.synchronize()
 print("\\n".join(sorted({e.name for e in prof.events() if "fp8norm" in e.name})))
 """
 
 
-def kernel_template_args(tune, m, h, kernel):
+def kernel_template_args(tune, m, h, kernel, normed=True):
     """The template arguments of the one `kernel` launch of the op on bf16 m x h, with PDL, under
-    FP8NORM_TUNE=tune (None: the table)."""
+    FP8NORM_TUNE=tune (None: the table), writing normed_out or (normed=False) not."""
     env = dict(os.environ)
     env.pop("FP8NORM_TUNE", None)
     env.pop("FP8NORM_PDL", None)
     if tune is not None:
         env["FP8NORM_TUNE"] = tune
-    proc = subprocess.run([sys.executable, "-c", KERNEL_NAMES, str(m), str(h)], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", KERNEL_NAMES, str(m), str(h), str(int(normed))], env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     names = [n for n in proc.stdout.splitlines() if kernel + "<" in n]
@@ -168,6 +175,15 @@ def test_lean_rows_two_per_cta_taken(tune, pair, vpt):
     assert (template_bool(args[5]), re.sub(r"\D", "", args[6])) == (pair, vpt), args
 
 
+# Beyond one wave (bf16 16384 x 1152: about six), lean rows take three vectors per thread
+# without normed_out (the call's bytes, 94 MB, within twice the L2) and one with it; leanvpt=1:
+# one without normed_out too.
+@pytest.mark.parametrize("tune,normed,vpt", [(None, False, "3"), (None, True, "1"), ("leanvpt=1", False, "1")])
+def test_lean_rows_three_vectors_without_normed_out(tune, normed, vpt):
+    args = kernel_template_args(tune, 16384, 1152, "row_vec1_kernel", normed)
+    assert (template_bool(args[5]), re.sub(r"\D", "", args[6])) == ("true", vpt), args
+
+
 LAYOUTS = ["kWarpRows", "kHalfWarpRows", "kClusterSlices", "kWarpRowsCta", "kRowVec1"]  # launch.h's order
 
 
@@ -191,10 +207,12 @@ def test_plain_one_vector_rows_taken(tune, m, h, layout, hinted):
 # With PDL where the hinted call's bytes fit in L2 (footprint 72% .. 100% of the H200's L2), lean
 # rows (row_vec1_kernel) where 4-vector rows would leave idle lanes (bf16 6144 x 1152: 144
 # vectors, 36 lanes of 48), 4-vector rows where they fill whole half-warps (4096 x 2048: 256
-# vectors, 64 lanes); vpt=4 gives 6144 x 1152 the 4-vector rows.
+# vectors, 64 lanes) and in rows of more than 384 vectors (2048 x 3200: 400); vpt=4 gives 6144 x
+# 1152 the 4-vector rows.
 @pytest.mark.parametrize("tune,m,h,kernel,vpt", [
     (None, 6144, 1152, "row_vec1_kernel", "1"), ("vpt=4", 6144, 1152, "fused_add_rmsnorm_fp8_block_quant_kernel", "4"),
-    (None, 4096, 2048, "fused_add_rmsnorm_fp8_block_quant_kernel", "4")])
+    (None, 4096, 2048, "fused_add_rmsnorm_fp8_block_quant_kernel", "4"),
+    (None, 2048, 3200, "fused_add_rmsnorm_fp8_block_quant_kernel", "4")])
 def test_lean_rows_in_l2_band_taken(tune, m, h, kernel, vpt):
     # row_vec1_kernel's VPT is its seventh template argument, the other kernel's its fifth
     args = kernel_template_args(tune, m, h, kernel)

@@ -277,6 +277,7 @@ constexpr int64_t kLeanMinVecs = 128;                    // lean one-vector rows
 constexpr int64_t kLeanMaxVecs = 512;
 constexpr int64_t kLeanL2MaxVecs = 384;                  // lean rows in L2 with PDL: see below
 constexpr int64_t kLeanPairMaxThreads = 512;             // two lean rows per CTA: see below
+constexpr int64_t kLeanVptNoNormedMaxL2s = 2;            // three vectors per thread: see below
 // Cache hints: see below.
 constexpr int64_t kL2PlainMinBytes = int64_t{3} << 19;  // 1.5 MiB
 constexpr int64_t kL2PlainMaxPercent = 72;
@@ -379,19 +380,32 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // Fewer threads than threads_x only when the row is one tile (threads_x was not capped).
   const int64_t half_row_threads = ceil_div(ceil_div(svec, c.vpt), 16) * 16;
   const bool lean = lean_rows && c.vpt == 1 && sw.row_threads == 0;
-  // Lean rows of three vectors per thread (kLeanVpt; strided: tx, tx + threads_x, tx + 2
-  // threads_x) for an odd number of 1x128 blocks that divides by three (bf16 H = 1152: 48 threads
-  // a row, two rows per CTA; float32 H = 1152: 96), in grids of one wave over more than half the
-  // CTA slots at the kernel's 64 registers. About 20% fewer instructions per row (2048 x 1152:
-  // 3.31 -> 2.65 M warp instructions, ncu), where the lean rows are close to issue-bound, but at
-  // most 10 CTAs of 96 threads per SM. Same binary, two passes (v40), against one vector per
-  // thread, µs, with PDL: bf16 2048 x 1152 5.54 -> 5.41, 2560 x 1152 6.34 -> 6.09, float16 2048
-  // x 1152 5.35 -> 5.06, float32 1024 x 1152 4.49 -> 4.35; without PDL bf16 2048 x 1152 6.05 ->
-  // 5.72, 2560 x 1152 6.88 -> 6.59. Not in half a wave or less (bf16 1024 x 1152: 3.53 -> 3.46
-  // with PDL but 3.81 -> 4.00 without), nor beyond one wave (3168 / 8192 / 16384 x 1152 +1.5 /
-  // +3.5 / +3.6%; without normed_out -0.3 / -0.2 / -1.3%, float32 16384 x 1152 +1.2%), nor for an
-  // even number of blocks (not measured). FP8NORM_TUNE=leanvpt=1: never; leanvpt=3: in every
-  // such lean grid.
+  // Lean rows of three vectors per thread (kLeanVpt; strided: tx, tx + threads_x, tx + 2 threads_x)
+  // for an odd number of 1x128 blocks that divides by three (bf16 H = 1152: 48 threads a row, two
+  // rows per CTA; float32 H = 1152: 96), in grids of one wave over more than half the CTA slots at
+  // the kernel's 64 registers. About 20% fewer instructions per row (2048 x 1152: 3.31 -> 2.65 M
+  // warp instructions, ncu), where the lean rows are close to issue-bound, but at most 10 CTAs of 96
+  // threads per SM. Same binary, two passes (v40), against one vector per thread, µs, with PDL: bf16
+  // 2048 x 1152 5.54 -> 5.41, 2560 x 1152 6.34 -> 6.09, float16 2048 x 1152 5.35 -> 5.06, float32
+  // 1024 x 1152 4.49 -> 4.35; without PDL bf16 2048 x 1152 6.05 -> 5.72, 2560 x 1152 6.88 -> 6.59.
+  // Not in half a wave or less (bf16 1024 x 1152: 3.53 -> 3.46 with PDL but 3.81 -> 4.00 without),
+  // nor beyond one wave (3168 / 8192 / 16384 x 1152 +1.5 / +3.5 / +3.6%; without normed_out -0.3 /
+  // -0.2 / -1.3%, float32 16384 x 1152 +1.2%), nor for an even number of blocks (not measured).
+  // Without normed_out, also beyond one wave where the call's bytes take at most twice the L2
+  // (kLeanVptNoNormedMaxL2s): fewer bytes per row, so the rows are closer to issue-bound. Same
+  // binary, three passes (v45), without normed_out, against one vector per thread, µs, with PDL:
+  // bf16 3168 x 1152 7.10 -> 6.95, 4096 x 1152 8.77 -> 8.28, 6144 x 1152 12.35 -> 11.42, 7000 x 1152
+  // 14.17 -> 13.41, 8192 x 1152 18.32 -> 17.35, 12288 x 1152 27.62 -> 26.31, 16384 x 1152 (1.5 times
+  // the L2) 37.50 -> 36.84, 4096 x 1920 14.17 -> 13.33, 8192 x 1920 30.67 -> 29.57, 3072 x 2688
+  // 15.19 -> 14.53, float16 6144 x 1152 11.74 -> 10.54, 8192 x 1152 17.78 -> 16.55, 16384 x 1152
+  // -2.6%, float32 3584 x 1152 10.65 -> 9.91, 5632 x 1152 -2.5%; without PDL bf16 4096 / 6144 / 8192
+  // x 1152 -3.9 / -5.7 / -1.3%, 4096 x 1920 -4.5%, but 16384 x 1152 +1.1%. Beyond twice the L2: bf16
+  // 32768 x 1152 -0.6%, float32 16384 x 1152 +1.3%. With normed_out these grids were level to 7.5%
+  // slower (float16 8192 x 1152 +0.9%, bf16 3072 x 2688 +2.6%, 8192 / 16384 x 1152 +3.5%, 7000 x
+  // 1152 +4.7%; without PDL 6144 x 1152 +7.5%) except in the plain-access band (bf16 4096 x 1152
+  // -2.9..-4.7%, float16 -5.2%, 2048 x 1920 -2.6%, but float32 2048 x 1152 +3.1%): not taken there.
+  // The op without residual: not measured. FP8NORM_TUNE=leanvpt=1: never; leanvpt=3: in every such
+  // lean grid.
   // Two lean rows per CTA (the rule below): rows of `threads` threads, an odd number of half-warps.
   auto pair_lean_rows = [&](int64_t threads) {
     return lean && sw.pair_rows && sw.row_vec1 != 0 && threads % 32 != 0 && 2 * threads <= kLeanPairMaxThreads;
@@ -404,7 +418,8 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   if (t3_fits && sw.lean_vpt != 1) {
     const int64_t per_sm = kRegsPerSm / (kLeanVptMaxRegs * ceil_div(cta3, 32) * 32);
     const int64_t ctas = ceil_div(rows, cta3 / t3), slots = int64_t{dev.sms} * per_sm;
-    if (sw.lean_vpt == kLeanVpt || (ctas <= slots && 2 * ctas > slots)) {
+    const bool few_bytes = !writes_normed && footprint <= kLeanVptNoNormedMaxL2s * dev.l2_bytes;
+    if (sw.lean_vpt == kLeanVpt || (2 * ctas > slots && (ctas <= slots || few_bytes))) {
       c.lean_vpt = kLeanVpt;
       c.threads_x = static_cast<int>(t3);
     }
