@@ -149,8 +149,8 @@ def kernel_template_args(tune, m, h, kernel, normed=True):
     env.pop("FP8NORM_PDL", None)
     if tune is not None:
         env["FP8NORM_TUNE"] = tune
-    proc = subprocess.run([sys.executable, "-c", KERNEL_NAMES, str(m), str(h), str(int(normed))], env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", KERNEL_NAMES, str(m), str(h), str(int(normed))], env=env,
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     names = [n for n in proc.stdout.splitlines() if kernel + "<" in n]
     assert len(names) == 1, proc.stdout
