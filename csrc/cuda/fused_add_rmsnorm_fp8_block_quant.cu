@@ -398,14 +398,14 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // 14.17 -> 13.41, 8192 x 1152 18.32 -> 17.35, 12288 x 1152 27.62 -> 26.31, 16384 x 1152 (1.5 times
   // the L2) 37.50 -> 36.84, 4096 x 1920 14.17 -> 13.33, 8192 x 1920 30.67 -> 29.57, 3072 x 2688
   // 15.19 -> 14.53, float16 6144 x 1152 11.74 -> 10.54, 8192 x 1152 17.78 -> 16.55, 16384 x 1152
-  // -2.6%, float32 3584 x 1152 10.65 -> 9.91, 5632 x 1152 -2.5%; without PDL bf16 4096 / 6144 / 8192
-  // x 1152 -3.9 / -5.7 / -1.3%, 4096 x 1920 -4.5%, but 16384 x 1152 +1.1%. Beyond twice the L2: bf16
-  // 32768 x 1152 -0.6%, float32 16384 x 1152 +1.3%. With normed_out these grids were level to 7.5%
-  // slower (float16 8192 x 1152 +0.9%, bf16 3072 x 2688 +2.6%, 8192 / 16384 x 1152 +3.5%, 7000 x
-  // 1152 +4.7%; without PDL 6144 x 1152 +7.5%) except in the plain-access band (bf16 4096 x 1152
-  // -2.9..-4.7%, float16 -5.2%, 2048 x 1920 -2.6%, but float32 2048 x 1152 +3.1%): not taken there.
-  // The op without residual: not measured. FP8NORM_TUNE=leanvpt=1: never; leanvpt=3: in every such
-  // lean grid.
+  // -2.6%, float32 3584 x 1152 10.65 -> 9.91, 5632 x 1152 -2.5%, 2048 x 1920 10.62 -> 9.38, 8192 x
+  // 1152 level; without PDL bf16 4096 / 6144 / 8192 x 1152 -3.9 / -5.7 / -1.3%, 4096 x 1920 -4.5%,
+  // but 16384 x 1152 +1.1%. Beyond twice the L2: bf16 32768 x 1152 -0.6%, float32 16384 x 1152
+  // +1.3%. With normed_out these grids were level to 7.5% slower (float16 8192 x 1152 +0.9%, bf16
+  // 3072 x 2688 +2.6%, 8192 / 16384 x 1152 +3.5%, 7000 x 1152 +4.7%; without PDL 6144 x 1152 +7.5%)
+  // except in the plain-access band (bf16 4096 x 1152 -2.9..-4.7%, float16 -5.2%, 2048 x 1920 -2.6%,
+  // but float32 2048 x 1152 +3.1%): not taken there. The op without residual: not measured.
+  // FP8NORM_TUNE=leanvpt=1: never; leanvpt=3: in every such lean grid.
   // Two lean rows per CTA (the rule below): rows of `threads` threads, an odd number of half-warps.
   auto pair_lean_rows = [&](int64_t threads) {
     return lean && sw.pair_rows && sw.row_vec1 != 0 && threads % 32 != 0 && 2 * threads <= kLeanPairMaxThreads;
