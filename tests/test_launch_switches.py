@@ -71,9 +71,8 @@ SWITCHES = [
                                                  # CTA, with idle lanes (default: two per CTA)
     {"FP8NORM_TUNE": "leanvpt=3"},               # lean rows of 3 vectors per thread in every lean
                                                  # grid (H = 1152: 48 threads, two rows per CTA;
-                                                 # float32 96 threads, one row; default: in one
-                                                 # wave over more than half the CTA slots, 2047
-                                                 # x 1152)
+                                                 # float32 96 threads, one row; default: by
+                                                 # launch_config's rule, 2047 x 1152)
     {"FP8NORM_TUNE": "leanvpt=1"},               # ... never: one vector per thread
 ]
 
@@ -162,6 +161,11 @@ def template_bool(arg):
     return {"1": "true", "0": "false"}.get(arg, arg)
 
 
+def template_int(arg):
+    """An int template argument as printed in a kernel name (3 / (int)3): its digits."""
+    return re.sub(r"\D", "", arg)
+
+
 # Lean rows of an odd number of half-warps (bf16 2047 x 1152: 144 vectors, one wave of pairs) run
 # row_vec1_kernel with PAIR (its sixth template argument) with three vectors per thread (VPT, the
 # seventh) by default (the rule: one wave over more than half the CTA slots) and under
@@ -172,7 +176,7 @@ def test_lean_rows_two_per_cta_taken(tune, pair, vpt):
     # row_vec1_kernel<T, W, HAS_RES, HINTED, FULL, PAIR, VPT>(...); a bool may print as true / 1,
     # an int with a cast
     args = kernel_template_args(tune, 2047, 1152, "row_vec1_kernel")
-    assert (template_bool(args[5]), re.sub(r"\D", "", args[6])) == (pair, vpt), args
+    assert (template_bool(args[5]), template_int(args[6])) == (pair, vpt), args
 
 
 # Beyond one wave (bf16 16384 x 1152: about six), lean rows take three vectors per thread
@@ -181,7 +185,7 @@ def test_lean_rows_two_per_cta_taken(tune, pair, vpt):
 @pytest.mark.parametrize("tune,normed,vpt", [(None, False, "3"), (None, True, "1"), ("leanvpt=1", False, "1")])
 def test_lean_rows_three_vectors_without_normed_out(tune, normed, vpt):
     args = kernel_template_args(tune, 16384, 1152, "row_vec1_kernel", normed)
-    assert (template_bool(args[5]), re.sub(r"\D", "", args[6])) == ("true", vpt), args
+    assert (template_bool(args[5]), template_int(args[6])) == ("true", vpt), args
 
 
 LAYOUTS = ["kWarpRows", "kHalfWarpRows", "kClusterSlices", "kWarpRowsCta", "kRowVec1"]  # launch.h's order
@@ -201,7 +205,7 @@ def test_plain_one_vector_rows_taken(tune, m, h, layout, hinted):
     # enum may print as its name or as a cast number
     args = kernel_template_args(tune, m, h, "fused_add_rmsnorm_fp8_block_quant_kernel")
     name = LAYOUTS[int(args[5].rsplit(")", 1)[1])] if ")" in args[5] else args[5].rsplit("::", 1)[-1]
-    assert (re.sub(r"\D", "", args[4]), name, template_bool(args[6])) == ("1", layout, hinted), args
+    assert (template_int(args[4]), name, template_bool(args[6])) == ("1", layout, hinted), args
 
 
 # With PDL where the hinted call's bytes fit in L2 (footprint 72% .. 100% of the H200's L2), lean
@@ -216,4 +220,4 @@ def test_plain_one_vector_rows_taken(tune, m, h, layout, hinted):
 def test_lean_rows_in_l2_band_taken(tune, m, h, kernel, vpt):
     # row_vec1_kernel's VPT is its seventh template argument, the other kernel's its fifth
     args = kernel_template_args(tune, m, h, kernel)
-    assert re.sub(r"\D", "", args[6 if kernel == "row_vec1_kernel" else 4]) == vpt, args
+    assert template_int(args[6 if kernel == "row_vec1_kernel" else 4]) == vpt, args

@@ -111,9 +111,9 @@ const DeviceInfo& device_info(int device) {
 //                              pair=0 (lean rows of an odd number of half-warps one per CTA,
 //                              with idle lanes, instead of two per CTA),
 //                              leanvpt=<0|1|3> (lean rows of an odd number of 1x128 blocks
-//                              that divides by three: 0 three vectors per thread in grids of
-//                              one wave over more than half the CTA slots, 1 one vector per
-//                              thread, 3 three in every lean grid; default 0)
+//                              that divides by three: 0 three vectors per thread by
+//                              launch_config's rule, 1 one vector per thread, 3 three in
+//                              every lean grid; default 0)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
@@ -364,7 +364,9 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // 18.13, 8192 x 1408 level (22.55 -> 22.51); float32 3584 x 1152 (72 of 96 lanes) level to 1.8%
   // faster, 3584 x 1280 level (-0.2%), without normed_out 5632 x 1152 20.96 -> 20.10. Longer rows
   // lose: bf16 2048 x 3200 (400 vectors, 100 of 112 lanes) 14.64 -> 15.01, 2048 x 3712 16.65 ->
-  // 17.29, float32 2048 x 1920 (480) 14.86 -> 15.92 (352 / 368 vectors: not measured).
+  // 17.29, float32 2048 x 1920 (480) 14.86 -> 15.92. v45, rows of 352 / 368 vectors: mixed (bf16
+  // H = 2816 at M 2304 / 2560 / 2816 / 3072: +0.2 / +2.0 / -3.6 / -3.0%; 2304 x 2944 -1.1%), so
+  // the bound stays.
   // FP8NORM_TUNE=lean=N: rows of 128..N vectors, with PDL in L2 in every case (0: none); vpt=4: the
   // 4-vector rows.
   const int64_t lean_max = sw.lean_vecs >= 0 ? sw.lean_vecs : kLeanMaxVecs;
@@ -389,8 +391,9 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // 2048 x 1152 5.54 -> 5.41, 2560 x 1152 6.34 -> 6.09, float16 2048 x 1152 5.35 -> 5.06, float32
   // 1024 x 1152 4.49 -> 4.35; without PDL bf16 2048 x 1152 6.05 -> 5.72, 2560 x 1152 6.88 -> 6.59.
   // Not in half a wave or less (bf16 1024 x 1152: 3.53 -> 3.46 with PDL but 3.81 -> 4.00 without),
-  // nor beyond one wave (3168 / 8192 / 16384 x 1152 +1.5 / +3.5 / +3.6%; without normed_out -0.3 /
-  // -0.2 / -1.3%, float32 16384 x 1152 +1.2%), nor for an even number of blocks (not measured).
+  // nor beyond one wave with normed_out (3168 / 8192 / 16384 x 1152 +1.5 / +3.5 / +3.6%, float32
+  // 16384 x 1152 +1.2%; without normed_out -0.3 / -0.2 / -1.3%: see v45 below), nor for an even
+  // number of blocks (not measured).
   // Without normed_out, also beyond one wave where the call's bytes take at most twice the L2
   // (kLeanVptNoNormedMaxL2s): fewer bytes per row, so the rows are closer to issue-bound. Same
   // binary, three passes (v45), without normed_out, against one vector per thread, µs, with PDL:

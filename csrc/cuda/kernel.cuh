@@ -776,9 +776,8 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
 // (the numerical contract allows that: rstd within its rounding).
 // VPT (1 or kLeanVpt = 3): vectors per thread, strided by blockDim.x (a multiple of a block's
 // lanes, the row exactly VPT * blockDim.x vectors), for lean rows of an odd number of 1x128
-// blocks in grids of one wave over more than half the CTA slots (launch_config's rule): bf16
-// H = 1152 in 48-thread rows, two per CTA. Each thread's sum of squares adds its vectors' sums
-// in order.
+// blocks where launch_config's rule takes them: bf16 H = 1152 in 48-thread rows, two per CTA.
+// Each thread's sum of squares adds its vectors' sums in order.
 template <typename T, typename W, bool HAS_RES, bool HINTED, bool FULL, bool PAIR = false, int VPT = 1>
 __global__ void __launch_bounds__(VPT > 1 ? kLeanVptMaxThreads : max_threads_per_cta(1),
                                   VPT > 1 ? kLeanVptMinCtas : FP8NORM_LEAN_MIN_CTAS)
