@@ -47,6 +47,9 @@ int main() {
   }
   // Layout's enumerators by value (launch.h's order; kWarpRowsCta was kWarpRow1 before v43).
   const char* layouts[] = {"kWarpRows", "kHalfWarpRows", "kClusterSlices", "kWarpRowsCta", "kRowVec1"};
+  static_assert(sizeof(layouts) / sizeof(layouts[0]) == static_cast<size_t>(Layout::kRowVec1) + 1 &&
+                    static_cast<int>(Layout::kWarpRowsCta) == 3,
+                "layouts[] must follow launch.h's Layout enumerators");
   for (int pdl = 1; pdl >= 0; --pdl) {
     for (int es : {2, 4}) {
       for (int normed = 1; normed >= 0; --normed) {
