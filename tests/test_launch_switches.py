@@ -74,6 +74,10 @@ SWITCHES = [
                                                  # float32 96 threads, one row; default: by
                                                  # launch_config's rule, 2047 x 1152)
     {"FP8NORM_TUNE": "leanvpt=1"},               # ... never: one vector per thread
+    {"FP8NORM_TUNE": "leanvpt=2"},               # 2-byte lean rows of whole warps in 2 vectors per
+                                                 # thread in every lean grid (2048 x 2048, 2048 x
+                                                 # 1024; default: without normed_out by
+                                                 # launch_config's rule, 2048 x 2048 below)
 ]
 
 # Shapes x options: odd block counts (1152: 9 blocks; 1408: 11, in half-warp rows of 48 threads
@@ -85,7 +89,7 @@ SWITCHES = [
 # 128..512 vectors (1030 x 1408, 2048 x 1024, 4096 x 1152: lean one-vector rows, the last with whole
 # scale lines); lean rows of an odd number of half-warps (2047 x 1152, 1031 x 1408: two per CTA
 # by default, odd M, three vectors per thread by default at 2047 x 1152 and under leanvpt=3;
-# 2049 x 1152 unaligned).
+# 2049 x 1152 unaligned); 2-byte 2048 x 2048 without normed_out: two vectors per thread by default.
 CASES = """
 import torch
 from fp8norm_testing import Case, check_case
@@ -97,9 +101,11 @@ for dtype in (torch.bfloat16, torch.float32, torch.float16):
                         ue8m0=i % 2 == 0, weight_fp32=i % 4 == 1, normed_none=i % 5 == 3,
                         layout=("tma", "scaled_mm", "row_major")[i % 3]))
     # Lean rows of an odd number of half-warps, two per CTA by default, with an odd M (the last
-    # CTA's second row past M), and one unaligned (no lean rows).
+    # CTA's second row past M), and one unaligned (no lean rows); lean rows of two vectors per
+    # thread without normed_out (2048 x 2048, by default).
     if dtype != torch.float32:
-        for m, h, pad, wf, nn in [(2047, 1152, 0, False, False), (1031, 1408, 128, True, True), (2049, 1152, 1, False, False)]:
+        for m, h, pad, wf, nn in [(2047, 1152, 0, False, False), (1031, 1408, 128, True, True), (2049, 1152, 1, False, False),
+                                  (2048, 2048, 0, True, True)]:
             check_case(Case("cuda", dtype, m, h, fused=True, pad=pad, weight_fp32=wf, normed_none=nn, layout="tma"))
 torch.cuda.synchronize()
 print("ok")
@@ -186,6 +192,16 @@ def test_lean_rows_two_per_cta_taken(tune, pair, vpt):
 def test_lean_rows_three_vectors_without_normed_out(tune, normed, vpt):
     args = kernel_template_args(tune, 16384, 1152, "row_vec1_kernel", normed)
     assert (template_bool(args[5]), template_int(args[6])) == ("true", vpt), args
+
+
+# Lean rows of whole warps in a grid of about two waves (bf16 2048 x 2048: 256 vectors) take two
+# vectors per thread without normed_out (within twice the L2) and one with it; leanvpt=1: one
+# without normed_out too; leanvpt=2: two with it too.
+@pytest.mark.parametrize("tune,normed,vpt", [(None, False, "2"), (None, True, "1"), ("leanvpt=1", False, "1"),
+                                             ("leanvpt=2", True, "2")])
+def test_lean_rows_two_vectors_without_normed_out(tune, normed, vpt):
+    args = kernel_template_args(tune, 2048, 2048, "row_vec1_kernel", normed)
+    assert (template_bool(args[5]), template_int(args[6])) == ("false", vpt), args
 
 
 LAYOUTS = ["kWarpRows", "kHalfWarpRows", "kClusterSlices", "kWarpRowsCta", "kRowVec1"]  # launch.h's order

@@ -134,8 +134,9 @@ struct Switches {
   int lean_vecs = -1;      // -1: from the table (lean one-vector rows in grids of many rows)
   int full_rows = -1;      // -1: from the table (kRowVec1 rows of whole warps: FULL kernel)
   bool pair_rows = true;   // two lean rows per CTA where a row is an odd number of half-warps
-  int lean_vpt = 0;        // lean rows of kLeanVpt vectors per thread: 0 by the table's rule,
-                           // 1 never, kLeanVpt in every lean grid (benchmarks/NOTES.md, v40-41)
+  int lean_vpt = 0;        // lean rows of several vectors per thread: 0 by the table's rules,
+                           // 1 never, kLeanVpt / kLeanVptEven that count in every lean grid it
+                           // fits and the other never (benchmarks/NOTES.md, v40-41, v47)
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -175,7 +176,7 @@ const Switches& switches() {
       s.full_rows = std::clamp(tune_value(spec, "full", -1), -1, 1);
       s.pair_rows = tune_value(spec, "pair", 1) != 0;
       s.lean_vpt = tune_value(spec, "leanvpt", s.lean_vpt);
-      if (s.lean_vpt != 0 && s.lean_vpt != kLeanVpt) s.lean_vpt = 1;
+      if (s.lean_vpt != 0 && s.lean_vpt != kLeanVpt && s.lean_vpt != kLeanVptEven) s.lean_vpt = 1;
     }
     return s;
   }();
@@ -418,7 +419,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   const int64_t cta3 = t3_pair ? 2 * t3 : t3;
   const bool t3_fits = lean && sw.row_vec1 != 0 && nblocks % 2 == 1 && nblocks % kLeanVpt == 0 && t3 >= 32 &&
                        (t3 % 32 == 0 || t3_pair) && cta3 <= kLeanVptMaxThreads;
-  if (t3_fits && sw.lean_vpt != 1) {
+  if (t3_fits && (sw.lean_vpt == 0 || sw.lean_vpt == kLeanVpt)) {
     const int64_t per_sm = kRegsPerSm / (kLeanVptMaxRegs * ceil_div(cta3, 32) * 32);
     const int64_t ctas = ceil_div(rows, cta3 / t3), slots = int64_t{dev.sms} * per_sm;
     const bool few_bytes = !writes_normed && footprint <= kLeanVptNoNormedMaxL2s * dev.l2_bytes;
@@ -437,6 +438,34 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // 1920 -1.3%; float16 2048 x 1152 -1.2%; without PDL 2048 x 1152 -1.8%, 16384 x 1152 level
   // (without normed_out -3.4%). Not at 2048 x 3968 (496 vectors, 992 threads): level, and 7.7%
   // slower without normed_out (14.82 -> 15.97).
+  // Lean rows of two vectors per thread (kLeanVptEven; tx, tx + threads_x) for rows of whole
+  // warps in 2-byte types without normed_out, in grids of about two waves or more (over 15/16 of
+  // two waves' CTA slots at the kernel's 64 registers) where the call's bytes take at most twice
+  // the L2 (kLeanVptNoNormedMaxL2s, as three vectors above): the per-thread part of a lean row's
+  // instructions over two vectors. Same binary, three passes (v47), without normed_out, against one
+  // vector per thread, µs, with PDL: bf16 2048 x 2048 7.71 -> 7.43 (-3.6%), 2560 x 2048 9.24 ->
+  // 9.02, 3072 x 2048 10.80 -> 10.23 (-5.2%), 8192 x 2048 31.68 -> 30.82 (-2.7%), 1024 x 4096 7.87
+  // -> 7.64, 1280 x 4096 9.52 -> 9.17, 4096 x 4096 32.22 -> 31.88, 2048 x 3072 11.04 -> 10.71,
+  // float16 2048 x 2048 -3.2%, 1024 x 4096 -3.9%; without PDL level to 1.5% faster (4096 x 2048
+  // 14.85 -> 14.63, 2048 x 2048 / 1024 x 4096 / 2048 x 3072 level). Not in fewer waves (1100 /
+  // 1536 x 2048 +7.0 / +2.4%, 1024 x 3072 +2.3%, 600 / 768 x 4096 level), nor with normed_out
+  // (-4.4..+10.3%: 2048 x 2048 -2.2..-3.1%, 1024 x 4096 -3.2..-4.4%, but 1024 / 1536 x 2048 +2.6 /
+  // +2.2%, 2048 x 3072 +4.1%, 4096 x 4096 +1.6%), nor in float32 (2048 x 1024 +2.4%, 1536 x 1024
+  // +7.9% without normed_out), nor needed beyond twice the L2 (16384 x 2048 +0.3%, 16384 x 4096
+  // -0.8%, 32768 x 2048 -1.4%). The op without residual: not measured.
+  // FP8NORM_TUNE=leanvpt=1: never; leanvpt=2: in every lean grid of such rows (any normed_out).
+  const int64_t t2 = svec / kLeanVptEven;  // threads of a row
+  const bool t2_fits = lean && sw.row_vec1 != 0 && elem_size == 2 && svec % kLeanVptEven == 0 && t2 % 32 == 0 &&
+                       t2 <= kLeanVptMaxThreads;
+  if (t2_fits && (sw.lean_vpt == 0 || sw.lean_vpt == kLeanVptEven)) {
+    const int64_t slots = int64_t{dev.sms} * (kRegsPerSm / (kLeanVptMaxRegs * t2));
+    const bool two_waves = 16 * rows > 15 * 2 * slots;
+    const bool few_bytes = !writes_normed && footprint <= kLeanVptNoNormedMaxL2s * dev.l2_bytes;
+    if (sw.lean_vpt == kLeanVptEven || (two_waves && few_bytes)) {
+      c.lean_vpt = kLeanVptEven;
+      c.threads_x = static_cast<int>(t2);
+    }
+  }
   const int64_t lean_threads = svec / c.lean_vpt;
   c.pair_rows = pair_lean_rows(lean_threads);
   if (c.pair_rows) c.threads_x = static_cast<int>(lean_threads);

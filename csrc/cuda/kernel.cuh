@@ -774,9 +774,10 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
 // order (there the row's last warp added exact zeros from its idle upper half); the second row's
 // partial sums are grouped by the hardware warps, so its double sum may associate differently
 // (the numerical contract allows that: rstd within its rounding).
-// VPT (1 or kLeanVpt = 3): vectors per thread, strided by blockDim.x (a multiple of a block's
-// lanes, the row exactly VPT * blockDim.x vectors), for lean rows of an odd number of 1x128
-// blocks where launch_config's rule takes them: bf16 H = 1152 in 48-thread rows, two per CTA.
+// VPT (1, kLeanVpt = 3 or kLeanVptEven = 2): vectors per thread, strided by blockDim.x (a
+// multiple of a block's lanes, the row exactly VPT * blockDim.x vectors), for lean rows where
+// launch_config's rules take them: 3 for an odd number of 1x128 blocks (bf16 H = 1152 in 48-thread
+// rows, two per CTA), 2 for 2-byte rows of whole warps without normed_out (bf16 H = 2048 in 128).
 // Each thread's sum of squares adds its vectors' sums in order.
 template <typename T, typename W, bool HAS_RES, bool HINTED, bool FULL, bool PAIR = false, int VPT = 1>
 __global__ void __launch_bounds__(VPT > 1 ? kLeanVptMaxThreads : max_threads_per_cta(1),
@@ -956,10 +957,18 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
   auto* kernel = [&] {
     if constexpr (L == Layout::kRowVec1) {
       static_assert(ALIGNED && VPT == 1, "kRowVec1: aligned one-vector rows");
-      TORCH_CHECK(cfg.lean_vpt == 1 || (cfg.lean_vpt == kLeanVpt && !cfg.full_rows &&
+      TORCH_CHECK(cfg.lean_vpt == 1 || ((cfg.lean_vpt == kLeanVpt || cfg.lean_vpt == kLeanVptEven) && !cfg.full_rows &&
                                         cfg.threads_x * cfg.rows_per_cta <= kLeanVptMaxThreads),
-                  "fp8norm: lean rows of ", kLeanVpt, " vectors per thread in CTAs of at most ",
+                  "fp8norm: lean rows of ", kLeanVpt, " or ", kLeanVptEven, " vectors per thread in CTAs of at most ",
                   kLeanVptMaxThreads, " threads, got ", cfg.lean_vpt, " vectors per thread");
+      // Two vectors per thread: 2-byte rows of whole warps, one per CTA.
+      if constexpr (sizeof(T) == 2) {
+        if (cfg.lean_vpt == kLeanVptEven && !cfg.pair_rows && cfg.threads_x % 32 == 0) {
+          return row_vec1_kernel<T, W, HAS_RES, HINTED, false, false, kLeanVptEven>;
+        }
+      }
+      TORCH_CHECK(cfg.lean_vpt != kLeanVptEven, "fp8norm: lean rows of ", kLeanVptEven,
+                  " vectors per thread are 2-byte rows of whole warps, one per CTA");
       const bool vpt3 = cfg.lean_vpt == kLeanVpt;
       if constexpr (sizeof(T) == 2) {  // two rows per CTA: rows of an odd number of half-warps
         if (cfg.pair_rows) {

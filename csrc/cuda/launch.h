@@ -19,9 +19,11 @@ constexpr int max_threads_per_cta(int vpt) { return vpt == 1 ? 1024 : 512; }
 constexpr int kRegsPerSm = 65536;
 
 // The lean kernel with several vectors per thread (LaunchConfig::lean_vpt > 1): kLeanVpt of
-// them (the one count compiled), in CTAs of at most kLeanVptMaxThreads threads, at least
-// kLeanVptMinCtas per SM (so at most kLeanVptMaxRegs registers).
+// them (rows of an odd number of blocks) or kLeanVptEven (2-byte rows of whole warps), in CTAs of
+// at most kLeanVptMaxThreads threads, at least kLeanVptMinCtas per SM (so at most
+// kLeanVptMaxRegs registers).
 constexpr int kLeanVpt = 3;
+constexpr int kLeanVptEven = 2;
 constexpr int kLeanVptMaxThreads = 256;
 constexpr int kLeanVptMinCtas = 4;
 constexpr int kLeanVptMaxRegs = kRegsPerSm / (kLeanVptMaxThreads * kLeanVptMinCtas);
@@ -108,8 +110,9 @@ struct LaunchConfig {
                           // the row's vectors / lean_vpt, an odd multiple of 16: 2-byte types;
                           // the launcher still needs aligned rows)
   int lean_vpt = 1;       // Layout::kRowVec1 lean rows (not FULL): 16-byte vectors per thread
-                          // (1 or kLeanVpt), tx, tx + threads_x, ... (the row exactly lean_vpt *
-                          // threads_x vectors, threads_x a multiple of a 1x128 block's lanes)
+                          // (1, kLeanVpt or kLeanVptEven), tx, tx + threads_x, ... (the row
+                          // exactly lean_vpt * threads_x vectors, threads_x a multiple of a 1x128
+                          // block's lanes)
   bool hinted = true;     // streaming / read-only cache hints on the 16-byte accesses; false:
                           // plain accesses (compiled for aligned rows of one CTA only: other
                           // kernels keep their hints)
