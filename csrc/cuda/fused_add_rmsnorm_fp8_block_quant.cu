@@ -110,10 +110,10 @@ const DeviceInfo& device_info(int device) {
 //                              except the lean rows of grids of many rows),
 //                              pair=0 (lean rows of an odd number of half-warps one per CTA,
 //                              with idle lanes, instead of two per CTA),
-//                              leanvpt=<0|1|3> (lean rows of an odd number of 1x128 blocks
-//                              that divides by three: 0 three vectors per thread by
-//                              launch_config's rule, 1 one vector per thread, 3 three in
-//                              every lean grid; default 0)
+//                              leanvpt=<0|1|2|3> (lean rows of several vectors per thread: 0
+//                              by launch_config's rules, 3 for an odd number of 1x128 blocks
+//                              dividing by three, 2 for 2-byte rows of whole warps; 1 never;
+//                              3 / 2 that count wherever it fits; default 0)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
