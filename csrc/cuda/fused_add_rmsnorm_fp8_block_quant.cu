@@ -414,6 +414,9 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   auto pair_lean_rows = [&](int64_t threads) {
     return lean && sw.pair_rows && sw.row_vec1 != 0 && threads % 32 != 0 && 2 * threads <= kLeanPairMaxThreads;
   };
+  // Where lean rows of several vectors per thread pay beyond one wave: calls without normed_out
+  // whose bytes take at most twice the L2 (v45 for three vectors, v47 for two).
+  const bool lean_vpt_few_bytes = !writes_normed && footprint <= kLeanVptNoNormedMaxL2s * dev.l2_bytes;
   const int64_t t3 = svec / kLeanVpt;  // threads of a row
   const bool t3_pair = pair_lean_rows(t3);
   const int64_t cta3 = t3_pair ? 2 * t3 : t3;
@@ -422,8 +425,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   if (t3_fits && (sw.lean_vpt == 0 || sw.lean_vpt == kLeanVpt)) {
     const int64_t per_sm = kRegsPerSm / (kLeanVptMaxRegs * ceil_div(cta3, 32) * 32);
     const int64_t ctas = ceil_div(rows, cta3 / t3), slots = int64_t{dev.sms} * per_sm;
-    const bool few_bytes = !writes_normed && footprint <= kLeanVptNoNormedMaxL2s * dev.l2_bytes;
-    if (sw.lean_vpt == kLeanVpt || (2 * ctas > slots && (ctas <= slots || few_bytes))) {
+    if (sw.lean_vpt == kLeanVpt || (2 * ctas > slots && (ctas <= slots || lean_vpt_few_bytes))) {
       c.lean_vpt = kLeanVpt;
       c.threads_x = static_cast<int>(t3);
     }
@@ -460,8 +462,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   if (t2_fits && (sw.lean_vpt == 0 || sw.lean_vpt == kLeanVptEven)) {
     const int64_t slots = int64_t{dev.sms} * (kRegsPerSm / (kLeanVptMaxRegs * t2));
     const bool two_waves = 16 * rows > 15 * 2 * slots;
-    const bool few_bytes = !writes_normed && footprint <= kLeanVptNoNormedMaxL2s * dev.l2_bytes;
-    if (sw.lean_vpt == kLeanVptEven || (two_waves && few_bytes)) {
+    if (sw.lean_vpt == kLeanVptEven || (two_waves && lean_vpt_few_bytes)) {
       c.lean_vpt = kLeanVptEven;
       c.threads_x = static_cast<int>(t2);
     }
