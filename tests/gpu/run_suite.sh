@@ -3,7 +3,8 @@
 # tests/test_contract.py and tests/test_launch_switches.py; that file's tests in three thirds, two
 # of them in a lane each and the third after tests/test_contract.py in the fourth. One log per
 # part, $OUT/suite_<part>.txt (or ./suite-out/). Exit status 0 only if every part passed.
-# (v47: in halves, one half of the launch-switch tests took 320 s, the contract file 37 s.)
+# (v47: in halves, one half of the launch-switch tests took 320 s, the contract file 37 s; v48: in
+# thirds 175-195 s each, the whole suite 238 s.)
 #
 # Why: the suite checks every CUDA result against reference.py on CPU copies, so it is mostly CPU
 # time. Alone it took ~455 s on the H200 machine (16 cores); four parts side by side took 217 s
