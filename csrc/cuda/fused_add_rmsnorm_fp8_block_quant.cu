@@ -417,14 +417,18 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // Where lean rows of several vectors per thread pay beyond one wave: calls without normed_out
   // whose bytes take at most twice the L2 (v45 for three vectors, v47 for two).
   const bool lean_vpt_few_bytes = !writes_normed && footprint <= kLeanVptNoNormedMaxL2s * dev.l2_bytes;
+  // The GPU's CTA slots for such rows in CTAs of `cta_threads` threads, at the kernel's
+  // kLeanVptMaxRegs registers (registers are held per whole warp).
+  auto lean_vpt_slots = [&](int64_t cta_threads) {
+    return int64_t{dev.sms} * (kRegsPerSm / (kLeanVptMaxRegs * ceil_div(cta_threads, 32) * 32));
+  };
   const int64_t t3 = svec / kLeanVpt;  // threads of a row
   const bool t3_pair = pair_lean_rows(t3);
   const int64_t cta3 = t3_pair ? 2 * t3 : t3;
   const bool t3_fits = lean && sw.row_vec1 != 0 && nblocks % 2 == 1 && nblocks % kLeanVpt == 0 && t3 >= 32 &&
                        (t3 % 32 == 0 || t3_pair) && cta3 <= kLeanVptMaxThreads;
   if (t3_fits && (sw.lean_vpt == 0 || sw.lean_vpt == kLeanVpt)) {
-    const int64_t per_sm = kRegsPerSm / (kLeanVptMaxRegs * ceil_div(cta3, 32) * 32);
-    const int64_t ctas = ceil_div(rows, cta3 / t3), slots = int64_t{dev.sms} * per_sm;
+    const int64_t ctas = ceil_div(rows, cta3 / t3), slots = lean_vpt_slots(cta3);
     if (sw.lean_vpt == kLeanVpt || (2 * ctas > slots && (ctas <= slots || lean_vpt_few_bytes))) {
       c.lean_vpt = kLeanVpt;
       c.threads_x = static_cast<int>(t3);
@@ -460,7 +464,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   const bool t2_fits = lean && sw.row_vec1 != 0 && elem_size == 2 && svec % kLeanVptEven == 0 && t2 % 32 == 0 &&
                        t2 <= kLeanVptMaxThreads;
   if (t2_fits && (sw.lean_vpt == 0 || sw.lean_vpt == kLeanVptEven)) {
-    const int64_t slots = int64_t{dev.sms} * (kRegsPerSm / (kLeanVptMaxRegs * t2));
+    const int64_t slots = lean_vpt_slots(t2);
     const bool two_waves = 16 * rows > 15 * 2 * slots;
     if (sw.lean_vpt == kLeanVptEven || (two_waves && lean_vpt_few_bytes)) {
       c.lean_vpt = kLeanVptEven;
