@@ -115,24 +115,40 @@ C10_HOST_DEVICE inline float scaled(float g, float scale) {
 #endif
 }
 
-// g / scale without a division, given rcp = 1 / scale correctly rounded (the CUDA kernel
-// computes it once per quantization block, so each element costs a multiply and two fmas).
-// Finite scale (always normal: its floor is 1e-10 / 448): q0 = g * rcp, rem = g - q0 * scale
-// (one fma), q = q0 + rem * rcp (Markstein's correction step), with the sign of g (for g = -0
-// the sum is +0). Where |g / scale| >= 2^-10 this is the correctly rounded quotient, bit for bit
-// (rcp within half an ulp of 1 / scale, q0 within one ulp of the quotient). Below that (g tiny
-// or subnormal, where rem underflows) it may differ from g / scale in the last bits, but both
-// are below float8_e4m3fn's half-ulp and round to the same signed zero: the fp8 byte is the
-// contract's. Checked on the CPU exhaustively over g for three scales and on 4e8 random pairs
-// (benchmarks/NOTES.md, v3). Scale inf or NaN (a block holding inf or NaN): rcp is 0 or NaN and
-// g * rcp is what g / scale gives (+-0 or NaN).
-C10_HOST_DEVICE inline float scaled_by_reciprocal(float g, float scale, float rcp) {
+// g / scale without a division, given rcp = 1 / scale correctly rounded and s =
+// finite_scale_or_zero(scale) (the CUDA kernel computes both once per quantization block, so
+// each element costs a multiply and two fmas, nothing else).
+// Finite scale (always normal: its floor is 1e-10 / 448): q0 = g * rcp, r = q0 * scale - g (one
+// fma), q = q0 + r * -rcp (Markstein's correction step). Where |g / scale| >= 2^-10 this is the
+// correctly rounded quotient, bit for bit (rcp within half an ulp of 1 / scale, q0 within one
+// ulp of the quotient). Below that (g tiny or subnormal, where r underflows) it may differ from
+// g / scale in the last bits, but both are below float8_e4m3fn's half-ulp and round to the same
+// signed zero: the fp8 byte is the contract's. Signed zeros: r is formed as q0 * scale - g and
+// multiplied by -rcp (not formed as g - q0 * scale and multiplied by rcp), so where it is
+// exactly zero (+0) the second fma adds -0 to q0 and keeps q0's sign, which is g's: g = -0 gives
+// -0 without a copysign (v48's form needed one). Not -fma(q0, scale, -g) * rcp either: GCC
+// rewrites that negation as fma(-q0, scale, g), whose exact zero is +0 (seen in the offline check).
+// Scale inf or NaN (a block holding inf or NaN): rcp is 0 or NaN and s is 0, so r = -g and q =
+// -g * -rcp + q0 with q0 = g * rcp: what g / scale gives (+-0 with g's sign, or NaN), without a
+// select per element. Checked on the CPU exhaustively over g for three scales, on 4e8 random
+// pairs (the same bits as v48's form), and for scale inf / NaN against every kind of g
+// (tests/offline/check_scaled_by_reciprocal.cpp; benchmarks/NOTES.md, v3 and v49).
+C10_HOST_DEVICE inline float scaled_by_reciprocal(float g, float s, float rcp) {
 #ifdef __CUDA_ARCH__
   const float q0 = __fmul_rn(g, rcp);
-  return isfinite(scale) ? copysignf(__fmaf_rn(__fmaf_rn(-q0, scale, g), rcp, q0), g) : q0;
+  return __fmaf_rn(__fmaf_rn(q0, s, -g), -rcp, q0);
 #else
   const float q0 = g * rcp;
-  return std::isfinite(scale) ? std::copysign(std::fma(std::fma(-q0, scale, g), rcp, q0), g) : q0;
+  return std::fma(std::fma(q0, s, -g), -rcp, q0);
+#endif
+}
+
+// scaled_by_reciprocal's scale operand: the block's scale where finite, else 0.
+C10_HOST_DEVICE inline float finite_scale_or_zero(float scale) {
+#ifdef __CUDA_ARCH__
+  return isfinite(scale) ? scale : 0.0f;
+#else
+  return std::isfinite(scale) ? scale : 0.0f;
 #endif
 }
 

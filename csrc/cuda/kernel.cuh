@@ -42,6 +42,10 @@ namespace cuda {
 // one paired conversion (cvt.rn.{bf16x2,f16x2}.f32: one F2FP instruction in SASS, where each
 // single conversion is an F2F on the slower conversion pipe); the same values as two single
 // conversions (those: 0.05-0.12 µs slower at decode sizes, benchmarks/NOTES.md, v4).
+// to_float2 and from_float2 take a pair of adjacent elements as one 32-bit word in and out: with
+// one element at a time (until v49) the compiler kept each 16-bit half in a register of its own
+// (two instructions to widen an upper half, a PRMT to pack a pair again before each store), and
+// the bf16 kernels ran 8-15% more instructions (benchmarks/NOTES.md, v49).
 //
 // add2 sets a[0..1] to the reference's residual + input, a + b computed in float32 and rounded
 // to T. For the 2-byte types that is one paired add rounded once (add.rn.{bf16x2,f16x2}; below
@@ -55,10 +59,13 @@ template <typename T>
 struct Cvt;
 template <>
 struct Cvt<float> {
-  __device__ static float to_float(float x) { return x; }
-  __device__ static void from_float2(float a, float b, float& ra, float& rb) {
-    ra = a;
-    rb = b;
+  __device__ static void to_float2(const float* p, float& lo, float& hi) {
+    lo = p[0];
+    hi = p[1];
+  }
+  __device__ static void from_float2(float a, float b, float* out) {
+    out[0] = a;
+    out[1] = b;
   }
   __device__ static void add2(float* a, const float* b) {
     a[0] = __fadd_rn(a[0], b[0]);
@@ -67,11 +74,13 @@ struct Cvt<float> {
 };
 template <>
 struct Cvt<__half> {
-  __device__ static float to_float(__half x) { return __half2float(x); }
-  __device__ static void from_float2(float a, float b, __half& ra, __half& rb) {
-    const __half2 h = __floats2half2_rn(a, b);
-    ra = __low2half(h);
-    rb = __high2half(h);
+  __device__ static void to_float2(const __half* p, float& lo, float& hi) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(p));
+    lo = f.x;
+    hi = f.y;
+  }
+  __device__ static void from_float2(float a, float b, __half* out) {
+    *reinterpret_cast<__half2*>(out) = __floats2half2_rn(a, b);
   }
   __device__ static void add2(__half* a, const __half* b) {
     *reinterpret_cast<__half2*>(a) =
@@ -80,11 +89,16 @@ struct Cvt<__half> {
 };
 template <>
 struct Cvt<__nv_bfloat16> {
-  __device__ static float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-  __device__ static void from_float2(float a, float b, __nv_bfloat16& ra, __nv_bfloat16& rb) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    ra = __low2bfloat16(h);
-    rb = __high2bfloat16(h);
+  // A bf16 value is the upper half of its float: from the pair's 32-bit word (the first element
+  // in its low half) w << 16 and w & 0xFFFF0000 are the two floats exactly, one integer
+  // instruction each.
+  __device__ static void to_float2(const __nv_bfloat16* p, float& lo, float& hi) {
+    const uint32_t w = *reinterpret_cast<const uint32_t*>(p);
+    lo = __uint_as_float(w << 16);
+    hi = __uint_as_float(w & 0xFFFF0000u);
+  }
+  __device__ static void from_float2(float a, float b, __nv_bfloat16* out) {
+    *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(a, b);
   }
   __device__ static void add2(__nv_bfloat16* a, const __nv_bfloat16* b) {
     *reinterpret_cast<__nv_bfloat162*>(a) =
@@ -411,9 +425,11 @@ template <typename T, int VEC>
 __device__ __forceinline__ double sum_of_squares(const Pack<T, VEC>& x) {
   double sq[VEC];
 #pragma unroll
-  for (int e = 0; e < VEC; ++e) {
-    const float f = Cvt<T>::to_float(x.v[e]);
-    sq[e] = static_cast<double>(__fmul_rn(f, f));
+  for (int e = 0; e < VEC; e += 2) {
+    float f[2];
+    Cvt<T>::to_float2(&x.v[e], f[0], f[1]);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) sq[e + i] = static_cast<double>(__fmul_rn(f[i], f[i]));
   }
 #pragma unroll
   for (int n = VEC / 2; n > 0; n /= 2) {
@@ -423,25 +439,42 @@ __device__ __forceinline__ double sum_of_squares(const Pack<T, VEC>& x) {
   return sq[0];
 }
 
+// max(|g|, m) for m >= 0 (a running amax), NaN if either is NaN: on sm_80+ one FMNMX.NAN
+// (max.NaN.f32, with |g| as an operand modifier); below, the unsigned max of the bits.
+__device__ __forceinline__ float amax_step(float m, float g) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(fabsf(g)), "f"(m));
+  return d;
+#else
+  return bits_float(max(abs_bits(g), float_bits(m)));
+#endif
+}
+
 // The normed values of x (x * rstd * weight, rounded to T) into nv, and as floats into g;
-// returns their largest |value| as bits (abs_bits).
+// returns their largest |value| as bits (abs_bits' order: NaN above +inf). The amax as a float
+// max that propagates NaN: one instruction per element (an abs_bits mask and an unsigned max
+// before, one and a half). With a NaN, its bits are the canonical NaN's, not the element's
+// payload; the block scale computed from them is the canonical NaN either way (the division by
+// 448 makes it so).
 template <typename T, typename W, int VEC>
 __device__ __forceinline__ uint32_t normalize_vec(const Pack<T, VEC>& x, const Pack<W, VEC>& w, float rstd,
                                                   Pack<T, VEC>& nv, float (&g)[VEC]) {
 #pragma unroll
   for (int e = 0; e < VEC; e += 2) {
-    float n[2];
+    float xf[2], wf[2], n[2];
+    Cvt<T>::to_float2(&x.v[e], xf[0], xf[1]);
+    Cvt<W>::to_float2(&w.v[e], wf[0], wf[1]);
 #pragma unroll
-    for (int i = 0; i < 2; ++i) n[i] = normalize(Cvt<T>::to_float(x.v[e + i]), rstd, Cvt<W>::to_float(w.v[e + i]));
-    Cvt<T>::from_float2(n[0], n[1], nv.v[e], nv.v[e + 1]);
+    for (int i = 0; i < 2; ++i) n[i] = normalize(xf[i], rstd, wf[i]);
+    Cvt<T>::from_float2(n[0], n[1], &nv.v[e]);
   }
-  uint32_t amax = 0;
 #pragma unroll
-  for (int e = 0; e < VEC; ++e) {
-    g[e] = Cvt<T>::to_float(nv.v[e]);
-    amax = max(amax, abs_bits(g[e]));
-  }
-  return amax;
+  for (int e = 0; e < VEC; e += 2) Cvt<T>::to_float2(&nv.v[e], g[e], g[e + 1]);
+  float m = 0.0f;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) m = amax_step(m, g[e]);
+  return float_bits(m);
 }
 
 // The largest of v over each aligned group of LPB lanes of the warp (a 1x128 block's lanes), in
@@ -481,9 +514,10 @@ __device__ __forceinline__ float quantize_vec(const float (&g)[VEC], uint32_t am
   amax = block_amax<LPB, REDUX>(amax);
   const float scale = block_scale_from_amax_bits(amax, ue8m0);
   const float rcp = __frcp_rn(scale);
+  const float scale_or_zero = finite_scale_or_zero(scale);
   float q[VEC];
 #pragma unroll
-  for (int e = 0; e < VEC; ++e) q[e] = scaled_by_reciprocal(g[e], scale, rcp);
+  for (int e = 0; e < VEC; ++e) q[e] = scaled_by_reciprocal(g[e], scale_or_zero, rcp);
 #pragma unroll
   for (int e = 0; e < VEC; e += 4) words[e / 4] = to_fp8x2(q[e], q[e + 1]) | (to_fp8x2(q[e + 2], q[e + 3]) << 16);
   return scale;
@@ -646,9 +680,10 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
       } else if constexpr (HAS_RES) {
 #pragma unroll
         for (int e = 0; e < VEC; e += 2) {
-          C::from_float2(__fadd_rn(C::to_float(sv[k].v[e]), C::to_float(vres[k].v[e])),
-                         __fadd_rn(C::to_float(sv[k].v[e + 1]), C::to_float(vres[k].v[e + 1])),
-                         sv[k].v[e], sv[k].v[e + 1]);
+          float a[2], b[2];
+          C::to_float2(&sv[k].v[e], a[0], a[1]);
+          C::to_float2(&vres[k].v[e], b[0], b[1]);
+          C::from_float2(__fadd_rn(a[0], b[0]), __fadd_rn(a[1], b[1]), &sv[k].v[e]);
         }
       }
       acc += sum_of_squares(sv[k]);

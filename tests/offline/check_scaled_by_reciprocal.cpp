@@ -40,11 +40,16 @@ int main() {
                 static_cast<unsigned long long>(count), static_cast<unsigned long long>(bad));
     if (bad != 0) return 1;
   }
-  uint64_t n = 0, differ = 0, wrong = 0;
+  uint64_t n = 0, differ = 0, wrong = 0, changed = 0;
   auto check = [&](float g, float scale) {
-    const float q = fp8norm::scaled_by_reciprocal(g, scale, 1.0f / scale);
+    const float rcp = 1.0f / scale;
+    const float q = fp8norm::scaled_by_reciprocal(g, fp8norm::finite_scale_or_zero(scale), rcp);
     const float ref = fp8norm::scaled(g, scale);
+    // v48's form (a select on the scale and the sign of g copied): the same bits wherever scale is finite.
+    const float q0 = g * rcp;
+    const float before = std::copysign(std::fma(std::fma(-q0, scale, g), rcp, q0), g);
     ++n;
+    if (float_bits(q) != float_bits(before)) ++changed;
     if (float_bits(q) != float_bits(ref)) ++differ;
     if (!same_fp8(q, ref)) {
       if (++wrong <= 10) std::printf("WRONG g=%a scale=%a q=%a ref=%a\n", g, scale, q, ref);
@@ -69,8 +74,25 @@ int main() {
                         (static_cast<uint32_t>((y >> 40) & 1) << 31);
     check(std::fmin(std::fmax(bits_float(gb), -amax), amax), scale);
   }
-  std::printf("%llu pairs: %llu float quotients differ, %llu could change an fp8 byte\n",
+  std::printf("%llu pairs: %llu float quotients differ, %llu could change an fp8 byte, %llu differ from v48's form\n",
               static_cast<unsigned long long>(n), static_cast<unsigned long long>(differ),
-              static_cast<unsigned long long>(wrong));
-  return wrong == 0 ? 0 : 1;
+              static_cast<unsigned long long>(wrong), static_cast<unsigned long long>(changed));
+  // Blocks holding inf or NaN: scale inf or NaN, every kind of g; bit for bit what g / scale gives
+  // (any NaN for a NaN).
+  uint64_t special = 0, special_wrong = 0;
+  const float inf = INFINITY, nan = NAN;
+  for (float scale : {inf, nan, -nan}) {
+    for (float g : {0.0f, -0.0f, 1.0f, -1.0f, 0x1p-149f, -0x1p-149f, 3.4e38f, -3.4e38f, 448.0f, inf, -inf, nan, -nan}) {
+      const float q = fp8norm::scaled_by_reciprocal(g, fp8norm::finite_scale_or_zero(scale), 1.0f / scale);
+      const float ref = fp8norm::scaled(g, scale);
+      ++special;
+      if (float_bits(q) != float_bits(ref) && !(std::isnan(q) && std::isnan(ref))) {
+        ++special_wrong;
+        std::printf("WRONG g=%a scale=%a q=%a ref=%a\n", g, scale, q, ref);
+      }
+    }
+  }
+  std::printf("%llu pairs with scale inf / NaN: %llu differ from g / scale\n",
+              static_cast<unsigned long long>(special), static_cast<unsigned long long>(special_wrong));
+  return wrong == 0 && special_wrong == 0 ? 0 : 1;
 }
