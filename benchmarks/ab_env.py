@@ -2,11 +2,12 @@
 alternating within every pass, so both sides see the same machine state; medians and B / A,
 of the op with and without normed_out.
 
-    python benchmarks/ab_env.py OUT.json PASSES 'name;dtype;MxH,...;ENV_A;ENV_B' ...
+    python benchmarks/ab_env.py OUT.json PASSES 'name;dtype;MxH,...;ENV_A;ENV_B[;BENCH_ARGS]' ...
 
 ENV_A / ENV_B: space-separated VAR=value pairs (may be empty), e.g.
     python benchmarks/ab_env.py ab.json 3 \\
         'pairs;bfloat16;64x4096,48x5120;FP8NORM_PDL=0 FP8NORM_TUNE=cluster=2;FP8NORM_PDL=0'
+BENCH_ARGS (optional): more arguments for both sides' benchmark runs, e.g. --no-residual.
 OUT.json holds every pass of every shape (`records["name|dtype|MxH"]["A" / "B"]`: the
 benchmark's `us` dicts); the table goes to stdout; the exit status is 1 if any run failed. Each run is a fresh process of
 bench_fused_add_rmsnorm_fp8_block_quant.py (--skip-eager --skip-compile), ~5-10 s.
@@ -34,16 +35,18 @@ def main():
         sys.exit(__doc__)
     out, passes, groups = sys.argv[1], int(sys.argv[2]), [g.split(";") for g in sys.argv[3:]]
     for g in groups:
-        if len(g) != 5:
-            sys.exit(f"a group is 'name;dtype;shapes;ENV_A;ENV_B', got {';'.join(g)!r}")
+        if len(g) not in (5, 6):
+            sys.exit(f"a group is 'name;dtype;shapes;ENV_A;ENV_B' or 'name;dtype;shapes;ENV_A;ENV_B;BENCH_ARGS', "
+                     f"got {';'.join(g)!r}")
     records, failures = {}, 0
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = os.path.join(tmpdir, "run.json")
         for _ in range(passes):
-            for name, dtype, shapes, env_a, env_b in groups:
+            for name, dtype, shapes, env_a, env_b, *extra in groups:
                 for side, spec in (("A", env_a), ("B", env_b)):
                     run = subprocess.run([sys.executable, BENCH, "--shapes", shapes, "--dtype", dtype,
-                                          "--skip-eager", "--skip-compile", "--json", tmp],
+                                          "--skip-eager", "--skip-compile", "--json", tmp,
+                                          *(extra[0].split() if extra else [])],
                                          env=parse_env(spec), capture_output=True, text=True)
                     if run.returncode:
                         failures += 1

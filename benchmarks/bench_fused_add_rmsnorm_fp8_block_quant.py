@@ -1,4 +1,5 @@
-"""Benchmark of fp8norm.fused_add_rmsnorm_fp8_block_quant against eager PyTorch and torch.compile.
+"""Benchmark of fp8norm.fused_add_rmsnorm_fp8_block_quant (or, with --no-residual,
+fp8norm.rmsnorm_fp8_block_quant) against eager PyTorch and torch.compile.
 
 For each (M, H): the op, the eager reference (torch_fp8norm.reference), torch.compile of the
 reference, and a device-to-device copy of the same number of bytes (half read, half written),
@@ -9,6 +10,7 @@ Prints µs, GB/s (byte model below) and % of copy bandwidth
 Byte model (bf16): read input, read residual, write residual, write normed (4 x 2 B), write fp8
 (1 B) per element, plus 4 B per 128-element scale and the weight once:
     bytes = 9*M*H + 4*M*H/128 + 2*H      (normed_out=None: 7*M*H + ...)
+--no-residual (read input, write normed, write fp8): 5*M*H + ... (normed_out=None: 3*M*H + ...).
 
 CUDA times are medians over samples of back-to-back CUDA-graph replays (each replay runs the call
 `--calls` times back to back; each sample lasts >= ~0.5 ms); CPU times are medians of wall-clock
@@ -40,9 +42,13 @@ GRIDS = {
 }
 
 
-def byte_count(m: int, h: int, dtype: torch.dtype, normed: bool = True) -> int:
+OP_NAMES = {True: "fused_add_rmsnorm_fp8_block_quant", False: "rmsnorm_fp8_block_quant"}  # by residual
+
+
+def byte_count(m: int, h: int, dtype: torch.dtype, normed: bool = True, residual: bool = True) -> int:
     e = torch.empty((), dtype=dtype).element_size()
-    per_elem = (4 if normed else 3) * e + 1
+    streams = (4 if normed else 3) if residual else (2 if normed else 1)  # 2-byte streams
+    per_elem = streams * e + 1
     return per_elem * m * h + 4 * m * (h // 128) + e * h
 
 
@@ -132,15 +138,29 @@ def time_cpu(fn, calls: int, replays: int) -> float:
 
 def bench_shape(m, h, dtype, device, args, compiled_ref):
     gen = torch.Generator(device="cpu").manual_seed(m * 7919 + h)
+    residual = not args.no_residual
     x = torch.randn(m, h, generator=gen).to(dtype).to(device)
-    r = torch.randn(m, h, generator=gen).to(dtype).to(device)
+    r = torch.randn(m, h, generator=gen).to(dtype).to(device) if residual else None
     w = (torch.randn(h, generator=gen) * 0.5 + 1).to(dtype).to(device)
     out = torch.empty(m, h, dtype=torch.float8_e4m3fn, device=device)
     scale = column_major_scales(m, h, device)
     normed = torch.empty(m, h, dtype=dtype, device=device)
-    op = torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out
-    nbytes = byte_count(m, h, dtype)
-    nbytes_nonormed = byte_count(m, h, dtype, normed=False)
+    if residual:
+        def op(normed_out):
+            return torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out(
+                x, r, w, 1e-6, False, out=out, block_scale=scale, normed_out=normed_out)
+
+        def eager():
+            return R.fused_add_rmsnorm_fp8_block_quant(x, r, w, 1e-6, False)
+    else:
+        def op(normed_out):
+            return torch.ops.fp8norm.rmsnorm_fp8_block_quant.out(
+                x, w, 1e-6, False, out=out, block_scale=scale, normed_out=normed_out)
+
+        def eager():
+            return R.rmsnorm_fp8_block_quant(x, w, 1e-6, False)
+    nbytes = byte_count(m, h, dtype, residual=residual)
+    nbytes_nonormed = byte_count(m, h, dtype, normed=False, residual=residual)
     copies = {"copy": copy_buffers(nbytes, device), "copy_nonormed": copy_buffers(nbytes_nonormed, device)}
 
     timer = time_cuda if device == "cuda" else time_cpu
@@ -151,14 +171,14 @@ def bench_shape(m, h, dtype, device, args, compiled_ref):
     for key, (src, dst) in copies.items():
         t[key + "_memcpy"], t[key + "_kernel"] = time_copies(src, dst, timer, calls, replays)
         t[key] = min(t[key + "_memcpy"], t[key + "_kernel"])
-    t["op"] = timer(lambda: op(x, r, w, 1e-6, False, out=out, block_scale=scale, normed_out=normed), calls, replays)
-    t["op_nonormed"] = timer(lambda: op(x, r, w, 1e-6, False, out=out, block_scale=scale, normed_out=None), calls, replays)
+    t["op"] = timer(lambda: op(normed), calls, replays)
+    t["op_nonormed"] = timer(lambda: op(None), calls, replays)
     if not args.skip_eager:
-        t["eager"] = timer(lambda: R.fused_add_rmsnorm_fp8_block_quant(x, r, w, 1e-6, False), calls, replays)
+        t["eager"] = timer(eager, calls, replays)
     if compiled_ref is not None:
-        t["compile"] = timer(lambda: compiled_ref(x, r, w), calls, replays)
-    rec = dict(M=m, H=h, dtype=str(dtype).replace("torch.", ""), device=device, bytes=nbytes,
-               bytes_nonormed=nbytes_nonormed, us=t)
+        t["compile"] = timer(lambda: compiled_ref(x, r, w) if residual else compiled_ref(x, w), calls, replays)
+    rec = dict(M=m, H=h, dtype=str(dtype).replace("torch.", ""), device=device, residual=residual,
+               bytes=nbytes, bytes_nonormed=nbytes_nonormed, us=t)
     rec["gbps"] = {k: (nbytes_nonormed if "nonormed" in k else nbytes) / (v * 1e3) for k, v in t.items()}
     rec["pct_of_copy"] = {k: 100.0 * (t["copy_nonormed"] if "nonormed" in k else t["copy"]) / v
                           for k, v in t.items() if not k.startswith("copy")}
@@ -167,6 +187,10 @@ def bench_shape(m, h, dtype, device, args, compiled_ref):
 
 def _reference_layer(x, r, w):
     return R.fused_add_rmsnorm_fp8_block_quant(x, r, w, 1e-6, False)
+
+
+def _reference_layer_no_residual(x, w):
+    return R.rmsnorm_fp8_block_quant(x, w, 1e-6, False)
 
 
 def main(argv=None):
@@ -186,6 +210,9 @@ def main(argv=None):
                         "(its own times and %% of its own copy; the op code does not change them)")
     p.add_argument("--shapes", default=None, help="MxH list instead of a grid, e.g. 1x2048,16384x4096")
     p.add_argument("--max-gb", type=float, default=40.0, help="skip shapes needing more device memory")
+    p.add_argument("--no-residual", action="store_true",
+                   help="time rmsnorm_fp8_block_quant (no residual: 5 bytes per bf16 element, 3 "
+                        "without normed_out) instead of fused_add_rmsnorm_fp8_block_quant")
     args = p.parse_args(argv)
     if args.from_json:
         with open(args.from_json) as f:
@@ -208,7 +235,7 @@ def main(argv=None):
             title = f"{data.get('name', '')}, {data.get('dtype', '')}"
             if args.compile_from:
                 title += f"; torch.compile: {os.path.basename(args.compile_from)}"
-            plot(data["records"], args.plot, title)
+            plot(data["records"], args.plot, title, data.get("op", OP_NAMES[True]))
         return data["records"]
     dtype = getattr(torch, args.dtype)
     grid = args.grid or ("small" if args.device == "cuda" else "cpu")
@@ -224,29 +251,32 @@ def main(argv=None):
         def tqdm(it, **_):
             return it
     shapes = wanted if args.shapes else [(m, h) for h in hs for m in ms]
-    shapes = [(m, h) for m, h in shapes if byte_count(m, h, dtype) * 1.6 / 1e9 <= args.max_gb]
+    shapes = [(m, h) for m, h in shapes
+              if byte_count(m, h, dtype, residual=not args.no_residual) * 1.6 / 1e9 <= args.max_gb]
     records = []
     for m, h in tqdm(shapes, desc="shapes", file=sys.stderr):
         compiled_ref = None
         if not args.skip_compile:
             torch._dynamo.reset()  # a fresh static-shape compilation for every shape
-            compiled_ref = torch.compile(_reference_layer, dynamic=False)
+            compiled_ref = torch.compile(_reference_layer_no_residual if args.no_residual else _reference_layer,
+                                         dynamic=False)
         records.append(bench_shape(m, h, dtype, args.device, args, compiled_ref))
         if args.device == "cuda":
             torch.cuda.empty_cache()
 
     print_table(records)
     name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    op_name = OP_NAMES[not args.no_residual]
     if args.plot:
-        plot(records, args.plot, f"{name}, {args.dtype}")
+        plot(records, args.plot, f"{name}, {args.dtype}", op_name)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(device=args.device, name=name, torch=torch.__version__, dtype=args.dtype,
-                           records=records), f, indent=1)
+                           op=op_name, records=records), f, indent=1)
     return records
 
 
-def plot(records, path, title):
+def plot(records, path, title, op_name=None):
     """% of copy bandwidth vs M, one line per H: the op solid, torch.compile dashed."""
     import matplotlib
     matplotlib.use("Agg")
@@ -265,7 +295,7 @@ def plot(records, path, title):
     ax.set_xscale("log", base=2)
     ax.set_xlabel("M (rows)")
     ax.set_ylabel("% of same-bytes copy bandwidth")
-    ax.set_title(f"fused_add_rmsnorm_fp8_block_quant ({title})\nsolid: fp8norm, dashed: torch.compile",
+    ax.set_title(f"{op_name or OP_NAMES[True]} ({title})\nsolid: fp8norm, dashed: torch.compile",
                  fontsize=10)
     ax.legend(ncol=3, fontsize=8)
     ax.grid(alpha=0.3)

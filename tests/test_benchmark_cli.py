@@ -22,6 +22,24 @@ def test_benchmark_help(capsys):
     assert "--shapes" in out and "% of copy bandwidth" in out
 
 
+def test_benchmark_no_residual_on_cpu(tmp_path):
+    """--no-residual times rmsnorm_fp8_block_quant: its record says so, and its byte model is 5 bytes
+    per bf16 element (3 without normed_out), not the fused op's 9 (7)."""
+    out = tmp_path / "nores.json"
+    run = subprocess.run([sys.executable, str(BENCH), "--device", "cpu", "--shapes", "3x256", "--skip-compile",
+                          "--calls", "1", "--replays", "1", "--no-residual", "--json", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    data = json.loads(out.read_text())
+    assert data["op"] == "rmsnorm_fp8_block_quant"
+    (rec,) = data["records"]
+    assert rec["residual"] is False
+    m, h = 3, 256
+    assert rec["bytes"] == 5 * m * h + 4 * m * (h // 128) + 2 * h
+    assert rec["bytes_nonormed"] == 3 * m * h + 4 * m * (h // 128) + 2 * h
+    assert all(rec["us"][k] > 0 for k in ("op", "op_nonormed", "eager"))
+
+
 AB_ENV = BENCH.parent / "ab_env.py"
 
 
@@ -39,6 +57,20 @@ def test_ab_env_runs_both_sides(tmp_path):
     # the table's row: the op and the op without normed_out on both sides, B / A of each, both copies
     row = next(line for line in run.stdout.splitlines() if "g|bfloat16|2x256" in line)
     assert len(row.strip().strip("|").split(" | ")) == 9, row
+
+
+def test_ab_env_passes_bench_args(tmp_path):
+    """A group's optional sixth field goes to both sides' benchmark runs: --no-residual runs, and
+    an argument the benchmark does not know fails both sides (so the field is not dropped)."""
+    out = tmp_path / "ab.json"
+    run = subprocess.run([sys.executable, str(AB_ENV), str(out), "1", "g;bfloat16;2x256;;;--no-residual"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    sides = json.loads(out.read_text())["records"]["g|bfloat16|2x256"]
+    assert len(sides["A"]) == len(sides["B"]) == 1
+    run = subprocess.run([sys.executable, str(AB_ENV), str(out), "1", "g;bfloat16;2x256;;;--no-such-flag"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0 and "2 benchmark run(s) failed" in run.stderr, run.stderr[-500:]
 
 
 def test_ab_env_rejects_a_malformed_group(tmp_path):
