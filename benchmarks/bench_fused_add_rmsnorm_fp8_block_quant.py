@@ -42,7 +42,9 @@ GRIDS = {
 }
 
 
-OP_NAMES = {True: "fused_add_rmsnorm_fp8_block_quant", False: "rmsnorm_fp8_block_quant"}  # by residual
+# The op timed, by whether it has a residual: the name of its torch.ops.fp8norm op and of its
+# torch_fp8norm.reference function.
+OP_NAMES = {True: "fused_add_rmsnorm_fp8_block_quant", False: "rmsnorm_fp8_block_quant"}
 
 
 def byte_count(m: int, h: int, dtype: torch.dtype, normed: bool = True, residual: bool = True) -> int:
@@ -145,20 +147,9 @@ def bench_shape(m, h, dtype, device, args, compiled_ref):
     out = torch.empty(m, h, dtype=torch.float8_e4m3fn, device=device)
     scale = column_major_scales(m, h, device)
     normed = torch.empty(m, h, dtype=dtype, device=device)
-    if residual:
-        def op(normed_out):
-            return torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out(
-                x, r, w, 1e-6, False, out=out, block_scale=scale, normed_out=normed_out)
-
-        def eager():
-            return R.fused_add_rmsnorm_fp8_block_quant(x, r, w, 1e-6, False)
-    else:
-        def op(normed_out):
-            return torch.ops.fp8norm.rmsnorm_fp8_block_quant.out(
-                x, w, 1e-6, False, out=out, block_scale=scale, normed_out=normed_out)
-
-        def eager():
-            return R.rmsnorm_fp8_block_quant(x, w, 1e-6, False)
+    ins = (x, r, w) if residual else (x, w)  # the op's and the reference's leading arguments
+    op = getattr(torch.ops.fp8norm, OP_NAMES[residual]).out
+    ref = getattr(R, OP_NAMES[residual])  # the reference module's function of the same name
     nbytes = byte_count(m, h, dtype, residual=residual)
     nbytes_nonormed = byte_count(m, h, dtype, normed=False, residual=residual)
     copies = {"copy": copy_buffers(nbytes, device), "copy_nonormed": copy_buffers(nbytes_nonormed, device)}
@@ -171,12 +162,12 @@ def bench_shape(m, h, dtype, device, args, compiled_ref):
     for key, (src, dst) in copies.items():
         t[key + "_memcpy"], t[key + "_kernel"] = time_copies(src, dst, timer, calls, replays)
         t[key] = min(t[key + "_memcpy"], t[key + "_kernel"])
-    t["op"] = timer(lambda: op(normed), calls, replays)
-    t["op_nonormed"] = timer(lambda: op(None), calls, replays)
+    t["op"] = timer(lambda: op(*ins, 1e-6, False, out=out, block_scale=scale, normed_out=normed), calls, replays)
+    t["op_nonormed"] = timer(lambda: op(*ins, 1e-6, False, out=out, block_scale=scale, normed_out=None), calls, replays)
     if not args.skip_eager:
-        t["eager"] = timer(eager, calls, replays)
+        t["eager"] = timer(lambda: ref(*ins, 1e-6, False), calls, replays)
     if compiled_ref is not None:
-        t["compile"] = timer(lambda: compiled_ref(x, r, w) if residual else compiled_ref(x, w), calls, replays)
+        t["compile"] = timer(lambda: compiled_ref(*ins), calls, replays)
     rec = dict(M=m, H=h, dtype=str(dtype).replace("torch.", ""), device=device, residual=residual,
                bytes=nbytes, bytes_nonormed=nbytes_nonormed, us=t)
     rec["gbps"] = {k: (nbytes_nonormed if "nonormed" in k else nbytes) / (v * 1e3) for k, v in t.items()}
@@ -185,12 +176,9 @@ def bench_shape(m, h, dtype, device, args, compiled_ref):
     return rec
 
 
-def _reference_layer(x, r, w):
-    return R.fused_add_rmsnorm_fp8_block_quant(x, r, w, 1e-6, False)
-
-
-def _reference_layer_no_residual(x, w):
-    return R.rmsnorm_fp8_block_quant(x, w, 1e-6, False)
+def _reference_layer(*ins):
+    """The reference with the benchmark's eps and scale_ue8m0: (x, r, w), or (x, w) without a residual."""
+    return getattr(R, OP_NAMES[len(ins) == 3])(*ins, 1e-6, False)
 
 
 def main(argv=None):
@@ -258,8 +246,7 @@ def main(argv=None):
         compiled_ref = None
         if not args.skip_compile:
             torch._dynamo.reset()  # a fresh static-shape compilation for every shape
-            compiled_ref = torch.compile(_reference_layer_no_residual if args.no_residual else _reference_layer,
-                                         dynamic=False)
+            compiled_ref = torch.compile(_reference_layer, dynamic=False)
         records.append(bench_shape(m, h, dtype, args.device, args, compiled_ref))
         if args.device == "cuda":
             torch.cuda.empty_cache()
