@@ -58,10 +58,10 @@ int main() {
           sw.pdl = pdl == 1;
           const LaunchConfig c = launch_config(m, h, es, true, normed == 1, true, dev, sw);
           std::printf("pdl=%d bytes=%d normed=%d %5lld x %-5lld %-14s vpt=%d lean_vpt=%d threads=%d rows=%d "
-                      "tiles=%d cluster=%d hinted=%d full=%d pair=%d\n",
+                      "tiles=%d cluster=%d hinted=%d full=%d pair=%d vec=%d\n",
                       pdl, es, normed, static_cast<long long>(m), static_cast<long long>(h),
                       layouts[static_cast<int>(c.layout())], c.vpt, c.lean_vpt, c.threads_x, c.rows_per_cta,
-                      c.shape.ntiles, c.shape.cluster, c.hinted, c.full_rows, c.pair_rows);
+                      c.shape.ntiles, c.shape.cluster, c.hinted, c.full_rows, c.pair_rows, c.vec_bytes);
         }
       }
     }

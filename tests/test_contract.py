@@ -127,6 +127,20 @@ def test_every_kernel_variant(device, m, h):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_narrow_vectors(dtype):
+    # One-row CTAs of 2-byte rows of an odd number of half-warps (an odd number of 1x128 blocks)
+    # take 8-byte vectors in whole warps by default (launch_config's rule): H = 1152 / 1408 / 1920
+    # in CTAs of 288 / 352 / 480 threads, in grids of at most two rows per SM (of any GPU: 256 x
+    # 1152 on one of 128 SMs or more), cache-hinted at decode sizes, plain at 256 x 1152; every
+    # overload option. (tests/test_launch_switches.py checks which kernel runs.)
+    for i, (m, h) in enumerate([(1, 1152), (128, 1408), (77, 1920), (256, 1152)]):
+        for fused, weight_fp32, normed_none in itertools.product([True, False], [False, True], [False, True]):
+            check_case(Case("cuda", dtype, m, h, fused=fused, weight_fp32=weight_fp32, normed_none=normed_none,
+                            ue8m0=(i + fused) % 2 == 0, layout=LAYOUTS[i % len(LAYOUTS)]))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype,m,h", [(torch.bfloat16, 16384, 4096), (torch.float16, 32768, 2048),
                                        (torch.float32, 16384, 4096)])
 def test_deep_grid(dtype, m, h):

@@ -9,8 +9,9 @@ of whole warps in the kernel with the per-row barrier code or in the one without
 CTAs or every CTA), the block-scale stores with the L2 line policy (evict_last, then demoted) in
 a short grid or without it, grids of many rows in lean one-vector rows or in 4-vector rows only,
 and lean rows of whole warps in the kernel for rows with idle lanes or in their own one in every
-launch, lean rows of an odd number of half-warps two per CTA (the default) or one, and lean rows
-of three vectors per thread in every lean grid or in none.
+launch, lean rows of an odd number of half-warps two per CTA (the default) or one, lean rows
+of three vectors per thread in every lean grid or in none, and one-row CTAs of 2-byte rows of an
+odd number of half-warps in 16-byte vectors or in 8-byte ones in every grid.
 Each case is checked against the full contract."""
 import os
 import re
@@ -74,6 +75,11 @@ SWITCHES = [
                                                  # float32 96 threads, one row; default: by
                                                  # launch_config's rule, 2047 x 1152)
     {"FP8NORM_TUNE": "leanvpt=1"},               # ... never: one vector per thread
+    {"FP8NORM_TUNE": "narrow=0"},                # one-row CTAs of 2-byte rows of an odd number of
+                                                 # half-warps in 16-byte vectors, with idle lanes
+                                                 # (default: 8-byte vectors, whole warps, in grids
+                                                 # of at most two rows per SM)
+    {"FP8NORM_TUNE": "narrow=1"},                # ... in 8-byte vectors in every grid (600 x 1152)
     {"FP8NORM_TUNE": "leanvpt=2"},               # 2-byte lean rows of whole warps in 2 vectors per
                                                  # thread in every lean grid (2048 x 2048, 2048 x
                                                  # 1024; default: without normed_out by
@@ -208,13 +214,13 @@ LAYOUTS = ["kWarpRows", "kHalfWarpRows", "kClusterSlices", "kWarpRowsCta", "kRow
 
 
 # Plain 1-vector rows of whole warps outside the lean kernel take Layout::kWarpRowsCta, the
-# kernel without the per-row barrier code, by default: in one-row CTAs (bf16 1 x 1152 with PDL:
-# 144 vectors in 160 threads, idle lanes) and in CTAs of several rows (128 x 1024: two rows of
-# 128 threads per CTA); kWarpRows' kernel under row1=0, and under row1=1 where a CTA holds
-# several rows. Hinted (the table's choice under 1.5 MiB), both take kWarpRows' kernel.
+# kernel without the per-row barrier code, by default: in one-row CTAs (bf16 1 x 1152 with PDL
+# under narrow=0: 144 vectors in 160 threads, idle lanes) and in CTAs of several rows (128 x
+# 1024: two rows of 128 threads per CTA); kWarpRows' kernel under row1=0, and under row1=1 where
+# a CTA holds several rows. Hinted (the table's choice under 1.5 MiB), both take kWarpRows' kernel.
 @pytest.mark.parametrize("tune,m,h,layout,hinted", [
-    ("hints=0", 1, 1152, "kWarpRowsCta", "false"), ("hints=0,row1=0", 1, 1152, "kWarpRows", "false"),
-    (None, 1, 1152, "kWarpRows", "true"), ("hints=0", 128, 1024, "kWarpRowsCta", "false"),
+    ("hints=0,narrow=0", 1, 1152, "kWarpRowsCta", "false"), ("hints=0,row1=0,narrow=0", 1, 1152, "kWarpRows", "false"),
+    ("narrow=0", 1, 1152, "kWarpRows", "true"), ("hints=0", 128, 1024, "kWarpRowsCta", "false"),
     ("hints=0,row1=1", 128, 1024, "kWarpRows", "false"), (None, 128, 1024, "kWarpRows", "true")])
 def test_plain_one_vector_rows_taken(tune, m, h, layout, hinted):
     # fused_add_rmsnorm_fp8_block_quant_kernel<T, W, HAS_RES, ALIGNED, VPT, L, HINTED>(...); an
@@ -237,3 +243,23 @@ def test_lean_rows_in_l2_band_taken(tune, m, h, kernel, vpt):
     # row_vec1_kernel's VPT is its seventh template argument, the other kernel's its fifth
     args = kernel_template_args(tune, m, h, kernel)
     assert template_int(args[6 if kernel == "row_vec1_kernel" else 4]) == vpt, args
+
+
+# One-row CTAs of 2-byte rows of an odd number of half-warps take row_vec1_kernel's FULL kernel
+# (its fifth template argument) in 8-byte vectors (VB, its eighth) by default in grids of at most
+# two rows per SM: bf16 1 x 1152 (with PDL: 288 threads, where 16-byte vectors take kWarpRows'
+# kernel), 128 x 1920, 2 x SMs x 1152; (2 x SMs + 1) x 1152 and 600 x 1152 (more than two rows per
+# SM on a GPU of under 300 SMs) take the kernel with the `valid` predicate in 16-byte vectors (160
+# threads, 16 idle lanes), 600 x 1152 the narrow one under narrow=1, 2 x SMs x 1152 the other
+# under narrow=0.
+SMS = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 0
+
+
+@pytest.mark.parametrize("tune,m,h,full,vb", [
+    (None, 1, 1152, "true", "8"), (None, 128, 1920, "true", "8"), (None, 2 * SMS, 1152, "true", "8"),
+    (None, 2 * SMS + 1, 1152, "false", "16"), (None, 600, 1152, "false", "16"),
+    ("narrow=1", 600, 1152, "true", "8"), ("narrow=0", 2 * SMS, 1152, "false", "16")])
+def test_narrow_vectors_taken(tune, m, h, full, vb):
+    # row_vec1_kernel<T, W, HAS_RES, HINTED, FULL, PAIR, VPT, VB>(...)
+    args = kernel_template_args(tune, m, h, "row_vec1_kernel")
+    assert (template_bool(args[4]), template_bool(args[5]), template_int(args[7])) == (full, "false", vb), args

@@ -110,6 +110,10 @@ const DeviceInfo& device_info(int device) {
 //                              except the lean rows of grids of many rows),
 //                              pair=0 (lean rows of an odd number of half-warps one per CTA,
 //                              with idle lanes, instead of two per CTA),
+//                              narrow=<0|1> (one-row CTAs of 2-byte rows of an odd number of
+//                              half-warps in 8-byte vectors, whole warps: 0 never, they keep
+//                              16-byte vectors with idle lanes; 1 in every grid; default: in
+//                              grids of at most two rows per SM),
 //                              leanvpt=<0|1|2|3> (lean rows of several vectors per thread: 0
 //                              by launch_config's rules, 3 for an odd number of 1x128 blocks
 //                              dividing by three, 2 for 2-byte rows of whole warps; 1 never;
@@ -134,6 +138,8 @@ struct Switches {
   int lean_vecs = -1;      // -1: from the table (lean one-vector rows in grids of many rows)
   int full_rows = -1;      // -1: from the table (kRowVec1 rows of whole warps: FULL kernel)
   bool pair_rows = true;   // two lean rows per CTA where a row is an odd number of half-warps
+  int narrow = -1;         // one-row CTAs of 2-byte rows of an odd number of half-warps in 8-byte
+                           // vectors: -1 by the table's rule, 0 never, 1 wherever they fit
   int lean_vpt = 0;        // lean rows of several vectors per thread: 0 by the table's rules,
                            // 1 never, kLeanVpt / kLeanVptEven that count in every lean grid it
                            // fits and the other never (benchmarks/NOTES.md, v40-41, v47)
@@ -175,6 +181,7 @@ const Switches& switches() {
       s.lean_vecs = std::clamp(tune_value(spec, "lean", -1), -1, 1024);
       s.full_rows = std::clamp(tune_value(spec, "full", -1), -1, 1);
       s.pair_rows = tune_value(spec, "pair", 1) != 0;
+      s.narrow = std::clamp(tune_value(spec, "narrow", -1), -1, 1);
       s.lean_vpt = tune_value(spec, "leanvpt", s.lean_vpt);
       if (s.lean_vpt != 0 && s.lean_vpt != kLeanVpt && s.lean_vpt != kLeanVptEven) s.lean_vpt = 1;
     }
@@ -279,6 +286,8 @@ constexpr int64_t kLeanMaxVecs = 512;
 constexpr int64_t kLeanL2MaxVecs = 384;                  // lean rows in L2 with PDL: see below
 constexpr int64_t kLeanPairMaxThreads = 512;             // two lean rows per CTA: see below
 constexpr int64_t kLeanVptNoNormedMaxL2s = 2;            // three vectors per thread: see below
+constexpr int64_t kNarrowMaxThreads = 512;               // narrow vectors: see below
+constexpr int64_t kNarrowMaxRowsPerSm = 2;
 // Cache hints: see below.
 constexpr int64_t kL2PlainMinBytes = int64_t{3} << 19;  // 1.5 MiB
 constexpr int64_t kL2PlainMaxPercent = 72;
@@ -572,7 +581,33 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // lean grids of many rows 0.3-1.2% slower (16384 x 4096 152.2 -> 153.8, 4096 x 4096 39.0 ->
   // 39.4 / 39.7 -> 40.1 without PDL, 16384 x 2048 76.6 -> 77.0).
   c.full_rows = (sw.full_rows >= 0 ? sw.full_rows == 1 : !lean) && whole_warps && !c.pair_rows;
+  // Narrow vectors: one-row CTAs of one-vector 2-byte rows of an odd number of half-warps (an odd
+  // number of 1x128 blocks: bf16 H = 1152 is 144 vectors, 160 threads with 16 idle lanes, in
+  // kWarpRows' kernel with PDL, in the lean kernel with its `valid` predicate without) take 8
+  // bytes per thread instead: 288 threads, 9 whole warps, the FULL lean kernel (4 elements per
+  // thread, a 1x128 block one warp, as float32's 16-byte vectors; 416 instructions per thread
+  // against 464 in 16-byte vectors), in CTAs of at most kNarrowMaxThreads threads, in grids of
+  // at most kNarrowMaxRowsPerSm rows per SM: there a call is a chain of latencies, each shorter
+  // per thread. Same binary, three passes (v50), against 16-byte vectors, µs, with PDL: bf16 1 x
+  // 1152 1.372 -> 1.281, 16 x 1152 1.482 -> 1.411, 64 / 128 x 1152 -2.0%, 132 x 1152 -4.4%, 256 x
+  // 1152 1.926 -> 1.819, 1 x 1408 1.454 -> 1.256 (-13.6%), 128 x 1408 -3.5%, 1 x 1920 -0.7%, 128 x
+  // 1920 -2.8%, float16 1 x 1152 -7.0%, 128 x 1152 -3.7%; without PDL bf16 1 x 1152 1.961 ->
+  // 1.833, 128 x 1152 -3.7%, 128 x 1920 -1.2%; without normed_out alike. Not in deeper grids,
+  // where the rows are closer to issue-bound and narrow rows run 1.6 times the warp
+  // instructions: 512 x 1152 +14.1% (float16 +13.7%, without PDL +5.3%), 600 x 1152 +20.4%, 512
+  // x 1920 +13.1%. FP8NORM_TUNE=narrow=0: never; narrow=1: in every grid they fit.
+  const bool narrow_fits = elem_size == 2 && aligned && sw.narrow != 0 && sw.row_vec1 != 0 && sw.full_rows != 0 &&
+                           sw.row_threads == 0 && !lean && c.shape.cluster == 1 && c.vpt == 1 && c.lean_vpt == 1 &&
+                           c.shape.ntiles == 1 && c.rows_per_cta == 1 && !c.pair_rows && svec % 32 == 16 &&
+                           2 * svec <= kNarrowMaxThreads;
+  if (narrow_fits && (sw.narrow == 1 || rows <= kNarrowMaxRowsPerSm * dev.sms)) {
+    c.vec_bytes = kNarrowVecBytes;
+    c.threads_x = static_cast<int>(2 * svec);
+    c.row_vec1 = true;
+    c.full_rows = true;
+  }
   TORCH_INTERNAL_ASSERT(c.lean_vpt == 1 || (c.layout() == Layout::kRowVec1 && !c.full_rows && c.shape.ntiles == 1));
+  TORCH_INTERNAL_ASSERT(c.vec_bytes == 16 || (c.layout() == Layout::kRowVec1 && c.full_rows));
   return c;
 }
 

@@ -106,7 +106,8 @@ struct Cvt<__nv_bfloat16> {
   }
 };
 
-// N elements of T, loaded or stored as 16-byte accesses when ALIGNED, else one by one.
+// N elements of T, loaded or stored as 16-byte accesses when ALIGNED (one 8-byte access for a
+// Pack of 8 bytes: row_vec1_kernel's narrow vectors), else one by one.
 // Cache hints for the 16-byte accesses: kStream for data touched once (evict first), kKeep for
 // data every row reads again (the weight: read-only path, stays in L1/L2), kPlain otherwise.
 // The kernel uses kStream / kKeep only when its HINTED parameter is true: a call whose buffers
@@ -118,8 +119,9 @@ struct alignas(16) Pack {
   T v[N];
 };
 
-template <Hint H>
-__device__ __forceinline__ uint4 load16(const uint4* p) {
+// One 16- or 8-byte load (V = uint4 or uint2) with the cache hint.
+template <Hint H, typename V>
+__device__ __forceinline__ V load_hinted(const V* p) {
   if constexpr (H == Hint::kStream) return __ldcs(p);
   if constexpr (H == Hint::kKeep) return __ldg(p);
   return *p;
@@ -169,8 +171,10 @@ __device__ __forceinline__ void load(Pack<T, N>& dst, const T* src) {
   if constexpr (ALIGNED && (sizeof(T) * N) % 16 == 0) {
 #pragma unroll
     for (int c = 0; c < int(sizeof(T) * N / 16); ++c) {
-      reinterpret_cast<uint4*>(&dst)[c] = load16<H>(reinterpret_cast<const uint4*>(src) + c);
+      reinterpret_cast<uint4*>(&dst)[c] = load_hinted<H>(reinterpret_cast<const uint4*>(src) + c);
     }
+  } else if constexpr (ALIGNED && sizeof(T) * N == 8) {  // row_vec1_kernel's 8-byte vectors
+    *reinterpret_cast<uint2*>(&dst) = load_hinted<H>(reinterpret_cast<const uint2*>(src));
   } else {
 #pragma unroll
     for (int e = 0; e < N; ++e) dst.v[e] = src[e];
@@ -184,6 +188,8 @@ __device__ __forceinline__ void store(T* dst, const Pack<T, N>& src) {
     for (int c = 0; c < int(sizeof(T) * N / 16); ++c) {
       store_hinted<H>(reinterpret_cast<uint4*>(dst) + c, reinterpret_cast<const uint4*>(&src)[c]);
     }
+  } else if constexpr (ALIGNED && sizeof(T) * N == 8) {
+    store_hinted<H>(reinterpret_cast<uint2*>(dst), *reinterpret_cast<const uint2*>(&src));
   } else {
 #pragma unroll
     for (int e = 0; e < N; ++e) dst[e] = src.v[e];
@@ -814,15 +820,22 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
 // launch_config's rules take them: 3 for an odd number of 1x128 blocks (bf16 H = 1152 in 48-thread
 // rows, two per CTA), 2 for 2-byte rows of whole warps without normed_out (bf16 H = 2048 in 128).
 // Each thread's sum of squares adds its vectors' sums in order.
-template <typename T, typename W, bool HAS_RES, bool HINTED, bool FULL, bool PAIR = false, int VPT = 1>
+// VB (16 or kNarrowVecBytes = 8): the bytes of a thread's vector of the row. 8 for the one-row
+// CTAs of 2-byte rows of an odd number of half-warps (bf16 H = 1152: 144 16-byte vectors, 160
+// threads with 16 idle lanes, or 288 threads of 8-byte vectors, 9 whole warps; FULL, one vector
+// per thread; launch_config's rule): 4 elements per thread, a 1x128 block one warp, the same
+// arithmetic per thread as float32's 16-byte vectors.
+template <typename T, typename W, bool HAS_RES, bool HINTED, bool FULL, bool PAIR = false, int VPT = 1, int VB = 16>
 __global__ void __launch_bounds__(VPT > 1 ? kLeanVptMaxThreads : max_threads_per_cta(1),
                                   VPT > 1 ? kLeanVptMinCtas : FP8NORM_LEAN_MIN_CTAS)
     row_vec1_kernel(const RowArgs a, const TileShape s) {
   static_assert(!(PAIR && FULL), "two rows per CTA keep the row predicate (the grid's last row may be past M)");
   static_assert(VPT == 1 || !FULL, "several vectors per thread: lean rows of grids of many rows (not FULL)");
+  static_assert(VB == 16 || (VB == kNarrowVecBytes && sizeof(T) == 2 && FULL && VPT == 1),
+                "narrow vectors: one-row CTAs of 2-byte rows of whole warps");
   constexpr Hint kOnce = HINTED ? Hint::kStream : Hint::kPlain;
   constexpr Hint kReuse = HINTED ? Hint::kKeep : Hint::kPlain;
-  constexpr int VEC = 16 / sizeof(T);
+  constexpr int VEC = VB / sizeof(T);
   constexpr int LPB = kBlock / VEC;
   constexpr int kRows = PAIR ? 2 : 1;  // rows per CTA
   static_assert(LPB <= 32 && 32 % LPB == 0, "a 1x128 block must sit inside one warp");
@@ -1001,6 +1014,13 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
         if (cfg.lean_vpt == kLeanVptEven && !cfg.pair_rows && cfg.threads_x % 32 == 0) {
           return row_vec1_kernel<T, W, HAS_RES, HINTED, false, false, kLeanVptEven>;
         }
+      }
+      if (cfg.vec_bytes != 16) {
+        TORCH_CHECK(sizeof(T) == 2 && cfg.vec_bytes == kNarrowVecBytes && cfg.full_rows && cfg.lean_vpt == 1 &&
+                        !cfg.pair_rows,
+                    "fp8norm: narrow vectors are ", kNarrowVecBytes, " bytes, in one-row CTAs of 2-byte rows of "
+                    "whole warps, got ", cfg.vec_bytes, " bytes");
+        if constexpr (sizeof(T) == 2) return row_vec1_kernel<T, W, HAS_RES, HINTED, true, false, 1, kNarrowVecBytes>;
       }
       TORCH_CHECK(cfg.lean_vpt != kLeanVptEven, "fp8norm: lean rows of ", kLeanVptEven,
                   " vectors per thread are 2-byte rows of whole warps, one per CTA");

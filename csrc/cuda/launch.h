@@ -28,6 +28,11 @@ constexpr int kLeanVptMaxThreads = 256;
 constexpr int kLeanVptMinCtas = 4;
 constexpr int kLeanVptMaxRegs = kRegsPerSm / (kLeanVptMaxThreads * kLeanVptMinCtas);
 
+// Narrow vectors: the one-row CTAs of Layout::kRowVec1 may give each thread 8 bytes of its row
+// instead of 16 (LaunchConfig::vec_bytes; 2-byte types: rows of an odd number of half-warps
+// become whole warps).
+constexpr int kNarrowVecBytes = 8;
+
 // The most CTAs one row is split over (a thread-block cluster; 8 is the portable maximum).
 constexpr int kMaxCluster = 8;
 
@@ -113,6 +118,9 @@ struct LaunchConfig {
                           // (1, kLeanVpt or kLeanVptEven), tx, tx + threads_x, ... (the row
                           // exactly lean_vpt * threads_x vectors, threads_x a multiple of a 1x128
                           // block's lanes)
+  int vec_bytes = 16;     // Layout::kRowVec1 FULL one-row CTAs: bytes of the row per thread (16,
+                          // or kNarrowVecBytes in 2-byte types: threads_x twice the row's 16-byte
+                          // vectors; launch_config's rule)
   bool hinted = true;     // streaming / read-only cache hints on the 16-byte accesses; false:
                           // plain accesses (compiled for aligned rows of one CTA only: other
                           // kernels keep their hints)
