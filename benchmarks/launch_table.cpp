@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -50,16 +51,19 @@ int main() {
   static_assert(sizeof(layouts) / sizeof(layouts[0]) == static_cast<size_t>(Layout::kRowVec1) + 1 &&
                     static_cast<int>(Layout::kWarpRowsCta) == 3,
                 "layouts[] must follow launch.h's Layout enumerators");
+  // RESIDUAL=0 (environment): the launches of rmsnorm_fp8_block_quant (no residual) instead.
+  const char* residual_env = std::getenv("RESIDUAL");
+  const bool residual = residual_env == nullptr || std::string(residual_env) != "0";
   for (int pdl = 1; pdl >= 0; --pdl) {
     for (int es : {2, 4}) {
       for (int normed = 1; normed >= 0; --normed) {
         for (const auto& [m, h] : shapes) {
           Switches sw = switches();  // FP8NORM_TUNE from the environment, as in the op
           sw.pdl = pdl == 1;
-          const LaunchConfig c = launch_config(m, h, es, true, normed == 1, true, dev, sw);
-          std::printf("pdl=%d bytes=%d normed=%d %5lld x %-5lld %-14s vpt=%d lean_vpt=%d threads=%d rows=%d "
+          const LaunchConfig c = launch_config(m, h, es, residual, normed == 1, true, dev, sw);
+          std::printf("pdl=%d bytes=%d res=%d normed=%d %5lld x %-5lld %-14s vpt=%d lean_vpt=%d threads=%d rows=%d "
                       "tiles=%d cluster=%d hinted=%d full=%d pair=%d vec=%d\n",
-                      pdl, es, normed, static_cast<long long>(m), static_cast<long long>(h),
+                      pdl, es, int{residual}, normed, static_cast<long long>(m), static_cast<long long>(h),
                       layouts[static_cast<int>(c.layout())], c.vpt, c.lean_vpt, c.threads_x, c.rows_per_cta,
                       c.shape.ntiles, c.shape.cluster, c.hinted, c.full_rows, c.pair_rows, c.vec_bytes);
         }

@@ -6,7 +6,8 @@
 # device facts. For a launch-rule change, which shapes change kernel:
 #   bash benchmarks/launch_table.sh HEAD~1 > old.txt && bash benchmarks/launch_table.sh > new.txt
 #   diff old.txt new.txt
-# SHAPES=MxH,... (environment): those shapes instead of the grid. FP8NORM_TUNE (environment) is
+# SHAPES=MxH,... (environment): those shapes instead of the grid. RESIDUAL=0 (environment): the
+# launches of rmsnorm_fp8_block_quant (no residual) instead of the fused op's. FP8NORM_TUNE (environment) is
 # read as the op reads it, to see what a switch changes; FP8NORM_PDL is not: both settings print.
 # REV (optional): the git revision whose csrc to read (launch_table.cpp is always the working
 # tree's); default: the working tree. Needs python3 with torch, g++ and nvcc (for CUDA's headers).
