@@ -107,7 +107,7 @@ struct Cvt<__nv_bfloat16> {
 };
 
 // N elements of T, loaded or stored as 16-byte accesses when ALIGNED (one 8-byte access for a
-// Pack of 8 bytes: row_vec1_kernel's narrow vectors), else one by one.
+// Pack of 8 bytes: row_vec1_kernel's narrow vectors; PackWord), else one by one.
 // Cache hints for the 16-byte accesses: kStream for data touched once (evict first), kKeep for
 // data every row reads again (the weight: read-only path, stays in L1/L2), kPlain otherwise.
 // The kernel uses kStream / kKeep only when its HINTED parameter is true: a call whose buffers
@@ -166,15 +166,20 @@ __device__ __forceinline__ void opaque_fill(Pack<T, N>& p) {
   for (int i = 0; i < int(sizeof(p) / 4); ++i) asm("" : "=r"(u[i]));
 }
 
+// The access word of an ALIGNED Pack<T, N>: 16 bytes (uint4) for packs of whole 16-byte
+// vectors, 8 (uint2) for row_vec1_kernel's narrow vectors; void: element by element.
+template <typename T, int N>
+using PackWord = std::conditional_t<(sizeof(T) * N) % 16 == 0, uint4,
+                                    std::conditional_t<sizeof(T) * N == 8, uint2, void>>;
+
 template <bool ALIGNED, Hint H = Hint::kPlain, typename T, int N>
 __device__ __forceinline__ void load(Pack<T, N>& dst, const T* src) {
-  if constexpr (ALIGNED && (sizeof(T) * N) % 16 == 0) {
+  using V = PackWord<T, N>;
+  if constexpr (ALIGNED && !std::is_void_v<V>) {
 #pragma unroll
-    for (int c = 0; c < int(sizeof(T) * N / 16); ++c) {
-      reinterpret_cast<uint4*>(&dst)[c] = load_hinted<H>(reinterpret_cast<const uint4*>(src) + c);
+    for (int c = 0; c < int(sizeof(T) * N / sizeof(V)); ++c) {
+      reinterpret_cast<V*>(&dst)[c] = load_hinted<H>(reinterpret_cast<const V*>(src) + c);
     }
-  } else if constexpr (ALIGNED && sizeof(T) * N == 8) {  // row_vec1_kernel's 8-byte vectors
-    *reinterpret_cast<uint2*>(&dst) = load_hinted<H>(reinterpret_cast<const uint2*>(src));
   } else {
 #pragma unroll
     for (int e = 0; e < N; ++e) dst.v[e] = src[e];
@@ -183,13 +188,12 @@ __device__ __forceinline__ void load(Pack<T, N>& dst, const T* src) {
 
 template <bool ALIGNED, Hint H = Hint::kPlain, typename T, int N>
 __device__ __forceinline__ void store(T* dst, const Pack<T, N>& src) {
-  if constexpr (ALIGNED && (sizeof(T) * N) % 16 == 0) {
+  using V = PackWord<T, N>;
+  if constexpr (ALIGNED && !std::is_void_v<V>) {
 #pragma unroll
-    for (int c = 0; c < int(sizeof(T) * N / 16); ++c) {
-      store_hinted<H>(reinterpret_cast<uint4*>(dst) + c, reinterpret_cast<const uint4*>(&src)[c]);
+    for (int c = 0; c < int(sizeof(T) * N / sizeof(V)); ++c) {
+      store_hinted<H>(reinterpret_cast<V*>(dst) + c, reinterpret_cast<const V*>(&src)[c]);
     }
-  } else if constexpr (ALIGNED && sizeof(T) * N == 8) {
-    store_hinted<H>(reinterpret_cast<uint2*>(dst), *reinterpret_cast<const uint2*>(&src));
   } else {
 #pragma unroll
     for (int e = 0; e < N; ++e) dst[e] = src.v[e];
