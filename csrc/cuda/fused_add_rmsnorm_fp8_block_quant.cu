@@ -596,9 +596,10 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // where the rows are closer to issue-bound and narrow rows run 1.6 times the warp
   // instructions: 512 x 1152 +14.1% (float16 +13.7%, without PDL +5.3%), 600 x 1152 +20.4%, 512
   // x 1920 +13.1%. FP8NORM_TUNE=narrow=0: never; narrow=1: in every grid they fit.
+  // (Not lean: so one vector per thread and no pairs.)
   const bool narrow_fits = elem_size == 2 && aligned && sw.narrow != 0 && sw.row_vec1 != 0 && sw.full_rows != 0 &&
-                           sw.row_threads == 0 && !lean && c.shape.cluster == 1 && c.vpt == 1 && c.lean_vpt == 1 &&
-                           c.shape.ntiles == 1 && c.rows_per_cta == 1 && !c.pair_rows && svec % 32 == 16 &&
+                           sw.row_threads == 0 && !lean && c.shape.cluster == 1 && c.vpt == 1 &&
+                           c.shape.ntiles == 1 && c.rows_per_cta == 1 && svec % 32 == 16 &&
                            2 * svec <= kNarrowMaxThreads;
   if (narrow_fits && (sw.narrow == 1 || rows <= kNarrowMaxRowsPerSm * dev.sms)) {
     c.vec_bytes = kNarrowVecBytes;

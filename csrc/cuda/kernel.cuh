@@ -1013,18 +1013,20 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
                                         cfg.threads_x * cfg.rows_per_cta <= kLeanVptMaxThreads),
                   "fp8norm: lean rows of ", kLeanVpt, " or ", kLeanVptEven, " vectors per thread in CTAs of at most ",
                   kLeanVptMaxThreads, " threads, got ", cfg.lean_vpt, " vectors per thread");
-      // Two vectors per thread: 2-byte rows of whole warps, one per CTA.
-      if constexpr (sizeof(T) == 2) {
-        if (cfg.lean_vpt == kLeanVptEven && !cfg.pair_rows && cfg.threads_x % 32 == 0) {
-          return row_vec1_kernel<T, W, HAS_RES, HINTED, false, false, kLeanVptEven>;
-        }
-      }
+      // Narrow vectors: FULL one-vector rows, one per CTA (before the branches below, which do
+      // not read vec_bytes).
       if (cfg.vec_bytes != 16) {
         TORCH_CHECK(sizeof(T) == 2 && cfg.vec_bytes == kNarrowVecBytes && cfg.full_rows && cfg.lean_vpt == 1 &&
                         !cfg.pair_rows,
                     "fp8norm: narrow vectors are ", kNarrowVecBytes, " bytes, in one-row CTAs of 2-byte rows of "
                     "whole warps, got ", cfg.vec_bytes, " bytes");
         if constexpr (sizeof(T) == 2) return row_vec1_kernel<T, W, HAS_RES, HINTED, true, false, 1, kNarrowVecBytes>;
+      }
+      // Two vectors per thread: 2-byte rows of whole warps, one per CTA.
+      if constexpr (sizeof(T) == 2) {
+        if (cfg.lean_vpt == kLeanVptEven && !cfg.pair_rows && cfg.threads_x % 32 == 0) {
+          return row_vec1_kernel<T, W, HAS_RES, HINTED, false, false, kLeanVptEven>;
+        }
       }
       TORCH_CHECK(cfg.lean_vpt != kLeanVptEven, "fp8norm: lean rows of ", kLeanVptEven,
                   " vectors per thread are 2-byte rows of whole warps, one per CTA");
