@@ -141,6 +141,20 @@ def test_narrow_vectors(dtype):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype,m,h", [(torch.bfloat16, 2113, 1024), (torch.float16, 4001, 2048),
+                                       (torch.float32, 8191, 512)])
+def test_rows_without_residual(dtype, m, h):
+    # The op without a residual takes 4-vector rows of whole warps where the fused op takes lean
+    # one-row CTAs: grids of more than two waves of lean rows of a multiple of 128 vectors on any
+    # GPU of up to 132 SMs (launch_config's rule): one-warp rows 8 per CTA (bf16 H = 1024, the last
+    # CTA with one row), two-warp rows 4 per CTA, float32 one-warp rows; with and without
+    # normed_out, a block_scale layout each. (tests/test_launch_switches.py checks which kernel runs.)
+    for i, normed_none in enumerate([False, True]):
+        check_case(Case("cuda", dtype, m, h, fused=False, normed_none=normed_none, ue8m0=normed_none,
+                        layout=LAYOUTS[(i + m) % len(LAYOUTS)]))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype,m,h", [(torch.bfloat16, 16384, 4096), (torch.float16, 32768, 2048),
                                        (torch.float32, 16384, 4096)])
 def test_deep_grid(dtype, m, h):

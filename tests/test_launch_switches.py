@@ -127,7 +127,8 @@ def test_contract_under_launch_switch(switches):
 
 
 # Which kernel a launch takes, read from the profiler's kernel names (the script's arguments: M,
-# H, and 1 to write normed_out or 0 not to; bf16).
+# H, 1 to write normed_out or 0 not to, and 1 for the fused op or 0 for the op without a
+# residual; bf16).
 KERNEL_NAMES = """
 import sys
 import torch
@@ -142,7 +143,10 @@ out = torch.empty(m, h, device="cuda", dtype=torch.float8_e4m3fn)
 scale = torch.empty_strided((m, h // 128), block_scale_layout_strides(m), device="cuda", dtype=torch.float32)
 normed = torch.empty_like(x) if sys.argv[3] == "1" else None
 def call():
-    torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out(x, r, w, out=out, block_scale=scale, normed_out=normed)
+    if sys.argv[4] == "1":
+        torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out(x, r, w, out=out, block_scale=scale, normed_out=normed)
+    else:
+        torch.ops.fp8norm.rmsnorm_fp8_block_quant.out(x, w, out=out, block_scale=scale, normed_out=normed)
 call()
 torch.cuda.synchronize()
 with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -152,15 +156,16 @@ print("\\n".join(sorted({e.name for e in prof.events() if "fp8norm" in e.name}))
 """
 
 
-def kernel_template_args(tune, m, h, kernel, normed=True):
+def kernel_template_args(tune, m, h, kernel, normed=True, residual=True):
     """The template arguments of the one `kernel` launch of the op on bf16 m x h, with PDL, under
-    FP8NORM_TUNE=tune (None: the table), writing normed_out or (normed=False) not."""
+    FP8NORM_TUNE=tune (None: the table), writing normed_out or (normed=False) not; the fused op,
+    or (residual=False) the op without a residual."""
     env = dict(os.environ)
     env.pop("FP8NORM_TUNE", None)
     env.pop("FP8NORM_PDL", None)
     if tune is not None:
         env["FP8NORM_TUNE"] = tune
-    proc = subprocess.run([sys.executable, "-c", KERNEL_NAMES, str(m), str(h), str(int(normed))], env=env,
+    proc = subprocess.run([sys.executable, "-c", KERNEL_NAMES, str(m), str(h), str(int(normed)), str(int(residual))], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     names = [n for n in proc.stdout.splitlines() if kernel + "<" in n]
@@ -208,6 +213,23 @@ def test_lean_rows_three_vectors_without_normed_out(tune, normed, vpt):
 def test_lean_rows_two_vectors_without_normed_out(tune, normed, vpt):
     args = kernel_template_args(tune, 2048, 2048, "row_vec1_kernel", normed)
     assert (template_bool(args[5]), template_int(args[6])) == ("false", vpt), args
+
+
+# The op without a residual takes 4-vector rows (fused_add_rmsnorm_fp8_block_quant_kernel, VPT its
+# fifth template argument) where those are whole warps in grids of more than two waves of lean
+# rows (bf16 8192 x 2048 with normed_out, 16384 x 2048 without; both lean before v51), lean rows
+# (row_vec1_kernel) under lean=512, in 1.9 waves (512 x 4096), and where 4-vector rows are
+# half-warps (8192 x 1152); the fused op keeps lean rows at 8192 x 2048.
+@pytest.mark.parametrize("tune,m,h,normed,residual,kernel", [
+    (None, 8192, 2048, True, False, "fused_add_rmsnorm_fp8_block_quant_kernel"),
+    (None, 16384, 2048, False, False, "fused_add_rmsnorm_fp8_block_quant_kernel"),
+    ("lean=512", 8192, 2048, True, False, "row_vec1_kernel"), (None, 512, 4096, True, False, "row_vec1_kernel"),
+    (None, 8192, 1152, True, False, "row_vec1_kernel"), (None, 8192, 2048, True, True, "row_vec1_kernel")])
+def test_rows_without_residual_taken(tune, m, h, normed, residual, kernel):
+    args = kernel_template_args(tune, m, h, kernel, normed, residual)
+    assert template_bool(args[2]) == ("true" if residual else "false"), args
+    if kernel != "row_vec1_kernel":
+        assert template_int(args[4]) == "4", args
 
 
 LAYOUTS = ["kWarpRows", "kHalfWarpRows", "kClusterSlices", "kWarpRowsCta", "kRowVec1"]  # launch.h's order

@@ -377,13 +377,31 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // 17.29, float32 2048 x 1920 (480) 14.86 -> 15.92. v45, rows of 352 / 368 vectors: mixed (bf16
   // H = 2816 at M 2304 / 2560 / 2816 / 3072: +0.2 / +2.0 / -3.6 / -3.0%; 2304 x 2944 -1.1%), so
   // the bound stays.
-  // FP8NORM_TUNE=lean=N: rows of 128..N vectors, with PDL in L2 in every case (0: none); vpt=4: the
-  // 4-vector rows.
+  // The op without a residual: 4-vector rows, not lean ones, where those are whole warps (rows
+  // of a multiple of 128 vectors: bf16 H = 1024, 2048, 3072, 4096; float32 512, 1024, 2048) in grids
+  // of more than two waves of lean rows. It reads 2 bytes and writes 3 (1 without normed_out)
+  // per element, against the fused op's 4 and 5, for nearly the same instructions, so it is
+  // closer to issue-bound, and a lean row's instructions per element are ~1.35x the 4-vector
+  // row's (static, bf16, hinted: 464 per 8 elements against 1368 per 32; v51). Same binary, two
+  // passes (v51), with PDL, µs, lean -> 4-vector rows: bf16 2048 x 2048 6.48 -> 5.97, 2048 x 4096
+  // 13.19 -> 11.69, 8192 x 1024 12.09 -> 11.12, 8192 x 4096 52.43 -> 47.82, 32768 x 1024 51.26 ->
+  // 48.21, 32768 x 4096 196.8 -> 178.7 (3.1-11.4% faster with normed_out; 2048 x 1024 level);
+  // without normed_out 32768 x 2048 95.2 -> 81.6, 32768 x 4096 189.6 -> 156.4 (6-18% faster at
+  // 8192 x 4096 and 32768 x 2048..4096, level at 8192 x 2048 / 3072 and 32768 x 1024, but 2.3 /
+  // 6.6% slower at 2048 x 2048 / 3072); float16 alike; float32 2048 x 1024 / 2048 x 2048 / 16384
+  // x 2048 11 / 10 / 7% faster (without normed_out 9-22%), 8192 x 512 23%; without PDL 4-8% faster
+  // with normed_out (level to 1.6% slower without it at 2048 / 16384 x 2048). Not: rows whose
+  // 4-vector rows leave idle lanes or are half-warps (bf16 2048 x 1152 +9%, 8192 x 1152 +4%,
+  // without normed_out +11-20%; 2048 x 1536 +1.5%), and 512 x 4096 (1.9 waves) +4.5%.
+  const bool no_res_warp_rows = !has_residual && svec % (4 * 32) == 0 && rows > 2 * wave_vpt1;
+  // FP8NORM_TUNE=lean=N: rows of 128..N vectors, with PDL in L2 and without a residual in every
+  // case (0: none); vpt=4: the 4-vector rows.
   const int64_t lean_max = sw.lean_vecs >= 0 ? sw.lean_vecs : kLeanMaxVecs;
   const bool l2_resident_pdl = dev.major >= 9 && sw.pdl && c.hinted && footprint <= dev.l2_bytes;
   const bool lean_in_l2 = svec % (4 * 16) != 0 && svec <= kLeanL2MaxVecs;
   const bool lean_rows = many_rows && aligned && c.shape.cluster == 1 && svec >= kLeanMinVecs &&
-                         svec <= lean_max && (sw.lean_vecs >= 0 || !l2_resident_pdl || lean_in_l2);
+                         svec <= lean_max &&
+                         (sw.lean_vecs >= 0 || ((!l2_resident_pdl || lean_in_l2) && !no_res_warp_rows));
   c.vpt = svec > 1024 || clustered_long || (many_rows && threads_for(4) < threads_for(1) && !lean_rows) ? 4 : 1;
   if (sw.vpt != 0) c.vpt = sw.vpt;
   c.threads_x = static_cast<int>(threads_for(c.vpt));
@@ -417,7 +435,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // +1.3%. With normed_out these grids were level to 7.5% slower (float16 8192 x 1152 +0.9%, bf16
   // 3072 x 2688 +2.6%, 8192 / 16384 x 1152 +3.5%, 7000 x 1152 +4.7%; without PDL 6144 x 1152 +7.5%)
   // except in the plain-access band (bf16 4096 x 1152 -2.9..-4.7%, float16 -5.2%, 2048 x 1920 -2.6%,
-  // but float32 2048 x 1152 +3.1%): not taken there. The op without residual: not measured.
+  // but float32 2048 x 1152 +3.1%): not taken there. The op without a residual: not measured.
   // FP8NORM_TUNE=leanvpt=1: never; leanvpt=3: in every such lean grid.
   // Two lean rows per CTA (the rule below): rows of `threads` threads, an odd number of half-warps.
   auto pair_lean_rows = [&](int64_t threads) {
@@ -467,7 +485,9 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // (-4.4..+10.3%: 2048 x 2048 -2.2..-3.1%, 1024 x 4096 -3.2..-4.4%, but 1024 / 1536 x 2048 +2.6 /
   // +2.2%, 2048 x 3072 +4.1%, 4096 x 4096 +1.6%), nor in float32 (2048 x 1024 +2.4%, 1536 x 1024
   // +7.9% without normed_out), nor needed beyond twice the L2 (16384 x 2048 +0.3%, 16384 x 4096
-  // -0.8%, 32768 x 2048 -1.4%). The op without residual: not measured.
+  // -0.8%, 32768 x 2048 -1.4%). The op without a residual: not measured beyond its L2 band, where
+  // the rule above gives most of these grids 4-vector rows (forced, bf16 2048 x 2048 level without
+  // normed_out, 3.4% faster with it; v51).
   // FP8NORM_TUNE=leanvpt=1: never; leanvpt=2: in every lean grid of such rows (any normed_out).
   const int64_t t2 = svec / kLeanVptEven;  // threads of a row
   const bool t2_fits = lean && sw.row_vec1 != 0 && elem_size == 2 && svec % kLeanVptEven == 0 && t2 % 32 == 0 &&

@@ -4,8 +4,9 @@ itself is slow under the sanitizer). Each case is checked against the contract a
 Grid: odd H (128, 1152, 5120), long rows (32768, 65536), M in {1, 3, 5, 1024} (and 133 for the
 long rows: a row split over a cluster beyond the decode sizes), strided (and unaligned) rows,
 every block_scale layout, normed_out=None, scale_ue8m0, both ops, bf16 and float32, one
-wave of rows that nearly fills the GPU (2041 x 2048, bf16), and lean rows two per CTA with the
-last CTA's second row past M (2047 x 1152, bf16). With the
+wave of rows that nearly fills the GPU (2041 x 2048, bf16), the op without a residual in 4-vector
+rows of one warp (2113 x 1024, bf16), and lean rows two per CTA with the last CTA's second row
+past M (2047 x 1152, bf16). With the
 default table every slice fits in shared memory; the path that re-reads a multi-tile slice from
 global memory runs under sanitize.sh's memcheck setting FP8NORM_TUNE=threads=64,stash=0.
 """
@@ -46,6 +47,9 @@ def cases(device="cuda"):
     # plain kernels' __syncwarp row barrier; 2041 x 2048 there takes their named per-row
     # barriers), the last CTA partly idle.
     yield Case(device, torch.bfloat16, 1000, 1024, fused=False, layout="row_major")
+    # The op without a residual in rows of 128 vectors over two waves of lean rows (launch_config's
+    # rule, v51): 4-vector rows of one warp, 8 per CTA, the last CTA with one row and seven idle.
+    yield Case(device, torch.bfloat16, 2113, 1024, fused=False, layout="tma")
     # Lean rows of 144 vectors (an odd number of half-warps), two per CTA, an odd M: the last
     # CTA's second row past M (with sanitize.sh's hints=1,demote=1,lean=512: the block-scale line
     # policy; with rowvec1=1,prefetch=1 the L2 prefetch of rows ahead).
