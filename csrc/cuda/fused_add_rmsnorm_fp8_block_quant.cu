@@ -377,22 +377,23 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // 17.29, float32 2048 x 1920 (480) 14.86 -> 15.92. v45, rows of 352 / 368 vectors: mixed (bf16
   // H = 2816 at M 2304 / 2560 / 2816 / 3072: +0.2 / +2.0 / -3.6 / -3.0%; 2304 x 2944 -1.1%), so
   // the bound stays.
-  // The op without a residual: 4-vector rows, not lean ones, where those are whole warps (rows
-  // of a multiple of 128 vectors: bf16 H = 1024, 2048, 3072, 4096; float32 512, 1024, 2048) in grids
-  // of more than two waves of lean rows. It reads 2 bytes and writes 3 (1 without normed_out)
-  // per element, against the fused op's 4 and 5, for nearly the same instructions, so it is
-  // closer to issue-bound, and a lean row's instructions per element are ~1.35x the 4-vector
-  // row's (static, bf16, hinted: 464 per 8 elements against 1368 per 32; v51). Same binary, two
+  // The op without a residual: 4-vector rows, not lean ones, where those are whole warps (rows of a
+  // multiple of 128 vectors: bf16 H = 1024, 2048, 3072, 4096; float32 512, 1024, 2048) in grids of
+  // more than two waves of lean rows. It reads 2 bytes and writes 3 (1 without normed_out) per
+  // element, against the fused op's 4 and 5, for nearly the same instructions, so it is closer to
+  // issue-bound, where a lean one-vector row's reduction is spread over one vector per thread, not
+  // four (static, bf16, hinted: 464 instructions per 8 elements against 1368 per 32, though the
+  // 4-vector kernel's count includes multi-tile paths a one-tile row skips; v51). Same binary, two
   // passes (v51), with PDL, µs, lean -> 4-vector rows: bf16 2048 x 2048 6.48 -> 5.97, 2048 x 4096
   // 13.19 -> 11.69, 8192 x 1024 12.09 -> 11.12, 8192 x 4096 52.43 -> 47.82, 32768 x 1024 51.26 ->
-  // 48.21, 32768 x 4096 196.8 -> 178.7 (3.1-11.4% faster with normed_out; 2048 x 1024 level);
-  // without normed_out 32768 x 2048 95.2 -> 81.6, 32768 x 4096 189.6 -> 156.4 (6-18% faster at
-  // 8192 x 4096 and 32768 x 2048..4096, level at 8192 x 2048 / 3072 and 32768 x 1024, but 2.3 /
-  // 6.6% slower at 2048 x 2048 / 3072); float16 alike; float32 2048 x 1024 / 2048 x 2048 / 16384
-  // x 2048 11 / 10 / 7% faster (without normed_out 9-22%), 8192 x 512 23%; without PDL 4-8% faster
-  // with normed_out (level to 1.6% slower without it at 2048 / 16384 x 2048). Not: rows whose
-  // 4-vector rows leave idle lanes or are half-warps (bf16 2048 x 1152 +9%, 8192 x 1152 +4%,
-  // without normed_out +11-20%; 2048 x 1536 +1.5%), and 512 x 4096 (1.9 waves) +4.5%.
+  // 48.21, 32768 x 4096 196.8 -> 178.7 (3.1-11.4% faster with normed_out; 2048 x 1024 level); without
+  // normed_out 32768 x 2048 95.2 -> 81.6, 32768 x 4096 189.6 -> 156.4 (6-18% faster at 8192 x 4096
+  // and 32768 x 2048..4096, level at 8192 x 2048 / 3072 and 32768 x 1024, but 2.3 / 6.6% slower at
+  // 2048 x 2048 / 3072); float16 alike; float32 2048 x 1024 / 2048 x 2048 / 16384 x 2048 11 / 10 / 7%
+  // faster (without normed_out 9-22%), 8192 x 512 23%; without PDL 4-8% faster with normed_out (level
+  // to 1.6% slower without it at 2048 / 16384 x 2048). Not: rows whose 4-vector rows leave idle lanes
+  // or are half-warps (bf16 2048 x 1152 +9%, 8192 x 1152 +4%, without normed_out +11-20%; 2048 x 1536
+  // +1.5%), and 512 x 4096 (1.9 waves) +4.5%.
   const bool no_res_warp_rows = !has_residual && svec % (4 * 32) == 0 && rows > 2 * wave_vpt1;
   // FP8NORM_TUNE=lean=N: rows of 128..N vectors, with PDL in L2 and without a residual in every
   // case (0: none); vpt=4: the 4-vector rows.
