@@ -142,7 +142,9 @@ struct Switches {
                            // vectors: -1 by the table's rule, 0 never, 1 wherever they fit
   int lean_vpt = 0;        // lean rows of several vectors per thread: 0 by the table's rules,
                            // 1 never, kLeanVpt / kLeanVptEven that count in every lean grid it
-                           // fits and the other never (benchmarks/NOTES.md, v40-41, v47)
+                           // fits and the other never (benchmarks/NOTES.md, v40-41, v47);
+                           // kLeanVptFour: four, in every grid of many rows of whole warps of
+                           // four vectors, without a residual (not a table rule)
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -183,7 +185,8 @@ const Switches& switches() {
       s.pair_rows = tune_value(spec, "pair", 1) != 0;
       s.narrow = std::clamp(tune_value(spec, "narrow", -1), -1, 1);
       s.lean_vpt = tune_value(spec, "leanvpt", s.lean_vpt);
-      if (s.lean_vpt != 0 && s.lean_vpt != kLeanVpt && s.lean_vpt != kLeanVptEven) s.lean_vpt = 1;
+      if (s.lean_vpt != 0 && s.lean_vpt != kLeanVpt && s.lean_vpt != kLeanVptEven && s.lean_vpt != kLeanVptFour)
+        s.lean_vpt = 1;
     }
     return s;
   }();
@@ -395,6 +398,11 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // or are half-warps (bf16 2048 x 1152 +9%, 8192 x 1152 +4%, without normed_out +11-20%; 2048 x 1536
   // +1.5%), and 512 x 4096 (1.9 waves) +4.5%.
   const bool no_res_warp_rows = !has_residual && svec % (4 * 32) == 0 && rows > 2 * wave_vpt1;
+  // FP8NORM_TUNE=leanvpt=4 (not a table rule; to measure against the rule above): without a
+  // residual, lean rows of four vectors per thread in every grid of many rows whose rows are whole
+  // warps of four vectors (at most kLeanVptMaxThreads threads), the rule above not applied.
+  const bool lean_four = sw.lean_vpt == kLeanVptFour && !has_residual && svec % (4 * 32) == 0 &&
+                         svec / kLeanVptFour <= kLeanVptMaxThreads;
   // FP8NORM_TUNE=lean=N: rows of 128..N vectors, with PDL in L2 and without a residual in every
   // case (0: none); vpt=4: the 4-vector rows.
   const int64_t lean_max = sw.lean_vecs >= 0 ? sw.lean_vecs : kLeanMaxVecs;
@@ -402,7 +410,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   const bool lean_in_l2 = svec % (4 * 16) != 0 && svec <= kLeanL2MaxVecs;
   const bool lean_rows = many_rows && aligned && c.shape.cluster == 1 && svec >= kLeanMinVecs &&
                          svec <= lean_max &&
-                         (sw.lean_vecs >= 0 || ((!l2_resident_pdl || lean_in_l2) && !no_res_warp_rows));
+                         (sw.lean_vecs >= 0 || lean_four || ((!l2_resident_pdl || lean_in_l2) && !no_res_warp_rows));
   c.vpt = svec > 1024 || clustered_long || (many_rows && threads_for(4) < threads_for(1) && !lean_rows) ? 4 : 1;
   if (sw.vpt != 0) c.vpt = sw.vpt;
   c.threads_x = static_cast<int>(threads_for(c.vpt));
@@ -500,6 +508,10 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
       c.lean_vpt = kLeanVptEven;
       c.threads_x = static_cast<int>(t2);
     }
+  }
+  if (lean && lean_four && sw.row_vec1 != 0) {
+    c.lean_vpt = kLeanVptFour;
+    c.threads_x = static_cast<int>(svec / kLeanVptFour);
   }
   const int64_t lean_threads = svec / c.lean_vpt;
   c.pair_rows = pair_lean_rows(lean_threads);

@@ -819,11 +819,13 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
 // order (there the row's last warp added exact zeros from its idle upper half); the second row's
 // partial sums are grouped by the hardware warps, so its double sum may associate differently
 // (the numerical contract allows that: rstd within its rounding).
-// VPT (1, kLeanVpt = 3 or kLeanVptEven = 2): vectors per thread, strided by blockDim.x (a
-// multiple of a block's lanes, the row exactly VPT * blockDim.x vectors), for lean rows where
-// launch_config's rules take them: 3 for an odd number of 1x128 blocks (bf16 H = 1152 in 48-thread
-// rows, two per CTA), 2 for 2-byte rows of whole warps without normed_out (bf16 H = 2048 in 128).
-// Each thread's sum of squares adds its vectors' sums in order.
+// VPT (1, kLeanVpt = 3, kLeanVptEven = 2 or kLeanVptFour = 4): vectors per thread, strided by
+// blockDim.x (a multiple of a block's lanes, the row exactly VPT * blockDim.x vectors), for lean
+// rows where launch_config's rules take them: 3 for an odd number of 1x128 blocks (bf16 H = 1152
+// in 48-thread rows, two per CTA), 2 for 2-byte rows of whole warps without normed_out (bf16 H =
+// 2048 in 128), 4 for rows of whole warps of the op without a residual under
+// FP8NORM_TUNE=leanvpt=4 (bf16 H = 4096 in 128). Each thread's sum of squares adds its vectors'
+// sums in order.
 // VB (16 or kNarrowVecBytes = 8): the bytes of a thread's vector of the row. 8 for the one-row
 // CTAs of 2-byte rows of an odd number of half-warps (bf16 H = 1152: 144 16-byte vectors, 160
 // threads with 16 idle lanes, or 288 threads of 8-byte vectors, 9 whole warps; FULL, one vector
@@ -1009,10 +1011,20 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
   auto* kernel = [&] {
     if constexpr (L == Layout::kRowVec1) {
       static_assert(ALIGNED && VPT == 1, "kRowVec1: aligned one-vector rows");
-      TORCH_CHECK(cfg.lean_vpt == 1 || ((cfg.lean_vpt == kLeanVpt || cfg.lean_vpt == kLeanVptEven) && !cfg.full_rows &&
-                                        cfg.threads_x * cfg.rows_per_cta <= kLeanVptMaxThreads),
-                  "fp8norm: lean rows of ", kLeanVpt, " or ", kLeanVptEven, " vectors per thread in CTAs of at most ",
-                  kLeanVptMaxThreads, " threads, got ", cfg.lean_vpt, " vectors per thread");
+      TORCH_CHECK(cfg.lean_vpt == 1 || ((cfg.lean_vpt == kLeanVpt || cfg.lean_vpt == kLeanVptEven ||
+                                         cfg.lean_vpt == kLeanVptFour) &&
+                                        !cfg.full_rows && cfg.threads_x * cfg.rows_per_cta <= kLeanVptMaxThreads),
+                  "fp8norm: lean rows of ", kLeanVpt, ", ", kLeanVptEven, " or ", kLeanVptFour,
+                  " vectors per thread in CTAs of at most ", kLeanVptMaxThreads, " threads, got ", cfg.lean_vpt,
+                  " vectors per thread");
+      // Four vectors per thread: rows of whole warps without a residual, one per CTA.
+      if constexpr (!HAS_RES) {
+        if (cfg.lean_vpt == kLeanVptFour && !cfg.pair_rows && cfg.threads_x % 32 == 0) {
+          return row_vec1_kernel<T, W, false, HINTED, false, false, kLeanVptFour>;
+        }
+      }
+      TORCH_CHECK(cfg.lean_vpt != kLeanVptFour, "fp8norm: lean rows of ", kLeanVptFour,
+                  " vectors per thread are rows of whole warps without a residual, one per CTA");
       // Narrow vectors: FULL one-vector rows, one per CTA (before the branches below, which do
       // not read vec_bytes).
       if (cfg.vec_bytes != 16) {

@@ -19,11 +19,13 @@ constexpr int max_threads_per_cta(int vpt) { return vpt == 1 ? 1024 : 512; }
 constexpr int kRegsPerSm = 65536;
 
 // The lean kernel with several vectors per thread (LaunchConfig::lean_vpt > 1): kLeanVpt of
-// them (rows of an odd number of blocks) or kLeanVptEven (2-byte rows of whole warps), in CTAs of
-// at most kLeanVptMaxThreads threads, at least kLeanVptMinCtas per SM (so at most
+// them (rows of an odd number of blocks), kLeanVptEven (2-byte rows of whole warps) or
+// kLeanVptFour (rows of whole warps of the op without a residual; FP8NORM_TUNE=leanvpt=4 only),
+// in CTAs of at most kLeanVptMaxThreads threads, at least kLeanVptMinCtas per SM (so at most
 // kLeanVptMaxRegs registers).
 constexpr int kLeanVpt = 3;
 constexpr int kLeanVptEven = 2;
+constexpr int kLeanVptFour = 4;
 constexpr int kLeanVptMaxThreads = 256;
 constexpr int kLeanVptMinCtas = 4;
 constexpr int kLeanVptMaxRegs = kRegsPerSm / (kLeanVptMaxThreads * kLeanVptMinCtas);

@@ -24,8 +24,9 @@ status=0
 # scale columns of whole lines: lean rows with the line policy run in test_launch_switches.py);
 # memcheck and racecheck also with the lean one-row kernel (Layout::kRowVec1) in every launch it
 # fits, with the L2 prefetch of rows ahead, and with lean rows of three vectors per thread in
-# every lean grid (bf16 2047 x 1152 in 48-thread pairs; the aligned 1024 x 1152 cases) and of two
-# vectors per thread in every lean grid of 2-byte rows of whole warps (bf16 2041 x 2048);
+# every lean grid (bf16 2047 x 1152 in 48-thread pairs; the aligned 1024 x 1152 cases), of two
+# vectors per thread in every lean grid of 2-byte rows of whole warps (bf16 2041 x 2048), and of
+# four without a residual (bf16 2113 x 1024: one-warp rows, one per CTA);
 # racecheck also with plain accesses and 4 vectors per thread (the plain kWarpRows kernel's
 # per-row barriers: __syncwarp for rows of one warp, named barriers for rows of several), and
 # with plain accesses alone (1-vector rows, one or several per CTA, in Layout::kWarpRowsCta).
@@ -33,7 +34,7 @@ for tool in ${TOOLS:-memcheck racecheck initcheck synccheck}; do
   settings=("")
   case $tool in memcheck|racecheck) settings+=("FP8NORM_TUNE=cluster=3,vpt=1 FP8NORM_PDL=0"
                                               "FP8NORM_TUNE=rowvec1=1,prefetch=1" "FP8NORM_TUNE=leanvpt=3"
-                                              "FP8NORM_TUNE=leanvpt=2") ;; esac
+                                              "FP8NORM_TUNE=leanvpt=2" "FP8NORM_TUNE=leanvpt=4") ;; esac
   case $tool in racecheck) settings+=("FP8NORM_TUNE=hints=0,vpt=4" "FP8NORM_TUNE=hints=0") ;; esac
   case $tool in memcheck) settings+=("FP8NORM_TUNE=prefetch=1,cta=1024,tiles=1" "FP8NORM_TUNE=threads=64,stash=0"
                                     "FP8NORM_TUNE=slice=0" "FP8NORM_TUNE=weight=2,release=0" "FP8NORM_TUNE=hints=0"
