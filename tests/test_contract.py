@@ -141,17 +141,22 @@ def test_narrow_vectors(dtype):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("dtype,m,h", [(torch.bfloat16, 2113, 1024), (torch.float16, 4001, 2048),
-                                       (torch.float32, 8191, 512)])
-def test_rows_without_residual(dtype, m, h):
-    # The op without a residual takes 4-vector rows of whole warps where the fused op takes lean
-    # one-row CTAs: grids of more than two waves of lean rows of a multiple of 128 vectors on any
-    # GPU of up to 132 SMs (launch_config's rule): one-warp rows 8 per CTA (bf16 H = 1024, the last
-    # CTA with one row), two-warp rows 4 per CTA, float32 one-warp rows; with and without
-    # normed_out, a block_scale layout each. (tests/test_launch_switches.py checks which kernel runs.)
+@pytest.mark.parametrize("dtype,m,h,weight_fp32", [(torch.bfloat16, 2113, 1024, False),
+                                                   (torch.float32, 8191, 512, False),
+                                                   (torch.float16, 4001, 2048, False),
+                                                   (torch.float32, 4099, 1024, False),
+                                                   (torch.bfloat16, 3001, 4096, True)])
+def test_rows_without_residual(dtype, m, h, weight_fp32):
+    # The op without a residual, where the fused op takes lean one-vector rows: in grids of more
+    # than two waves of lean rows of a multiple of 128 vectors on any GPU of up to 132 SMs
+    # (launch_config's rules), rows of one warp take 4-vector rows, several per CTA (bf16 H = 1024
+    # 8 per CTA, the last CTA with one row; float32 H = 512), and rows of two warps or more lean
+    # one-row CTAs of four vectors per thread (float16 H = 2048 and float32 H = 1024 in 64 threads,
+    # bf16 H = 4096 with a float32 weight in 128); with and without normed_out, a block_scale layout
+    # each. (tests/test_launch_switches.py checks which kernel runs.)
     for i, normed_none in enumerate([False, True]):
-        check_case(Case("cuda", dtype, m, h, fused=False, normed_none=normed_none, ue8m0=normed_none,
-                        layout=LAYOUTS[(i + m) % len(LAYOUTS)]))
+        check_case(Case("cuda", dtype, m, h, fused=False, weight_fp32=weight_fp32, normed_none=normed_none,
+                        ue8m0=normed_none, layout=LAYOUTS[(i + m) % len(LAYOUTS)]))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -85,8 +85,9 @@ SWITCHES = [
                                                  # 1024; default: without normed_out by
                                                  # launch_config's rule, 2048 x 2048 below)
     {"FP8NORM_TUNE": "leanvpt=4"},               # lean rows of whole warps of 4 vectors per thread
-                                                 # without a residual in grids of many rows (2048 x
-                                                 # 1024: 32 threads, float32 64; not a table rule)
+                                                 # without a residual in every grid of many rows
+                                                 # (2048 x 1024: 32 threads, float32 64; default:
+                                                 # rows of two warps or more beyond two waves)
 ]
 
 # Shapes x options: odd block counts (1152: 9 blocks; 1408: 11, in half-warp rows of 48 threads
@@ -218,20 +219,26 @@ def test_lean_rows_two_vectors_without_normed_out(tune, normed, vpt):
     assert (template_bool(args[5]), template_int(args[6])) == ("false", vpt), args
 
 
-# The op without a residual takes 4-vector rows (fused_add_rmsnorm_fp8_block_quant_kernel, VPT its
-# fifth template argument) where those are whole warps in grids of more than two waves of lean
-# rows (bf16 8192 x 2048 with normed_out, 16384 x 2048 without; both lean before v51), lean rows
-# (row_vec1_kernel) under lean=512, in 1.9 waves (512 x 4096), and where 4-vector rows are
-# half-warps (8192 x 1152); the fused op keeps lean rows at 8192 x 2048. Under leanvpt=4 the op
-# without a residual takes lean rows of four vectors per thread (row_vec1_kernel's VPT, its
-# seventh template argument) at 8192 x 2048, with and without normed_out.
+# The op without a residual, in grids of more than two waves of lean rows of a multiple of 128
+# vectors, takes 4-vector rows (fused_add_rmsnorm_fp8_block_quant_kernel, VPT its fifth template
+# argument) where those are one warp (bf16 8192 x 1024, 16384 x 1024 without normed_out) and lean
+# rows of four vectors per thread (row_vec1_kernel, VPT its seventh) where they are two warps or
+# more (bf16 8192 x 2048 / 16384 x 4096, with and without normed_out; all lean one-vector rows
+# before v51, 4-vector rows in v51); lean=512 keeps the rule, lean=512,leanvpt=1 takes lean
+# one-vector rows (v50's table) and leanvpt=1 v51's 4-vector rows; leanvpt=4 takes lean four for
+# rows of one warp too. One-vector lean rows in 1.9 waves (512 x 4096) and where 4-vector rows
+# are half-warps (8192 x 1152); the fused op keeps lean one-vector rows at 8192 x 2048.
 @pytest.mark.parametrize("tune,m,h,normed,residual,kernel,vpt", [
-    (None, 8192, 2048, True, False, "fused_add_rmsnorm_fp8_block_quant_kernel", "4"),
-    (None, 16384, 2048, False, False, "fused_add_rmsnorm_fp8_block_quant_kernel", "4"),
-    ("lean=512", 8192, 2048, True, False, "row_vec1_kernel", "1"), (None, 512, 4096, True, False, "row_vec1_kernel", "1"),
-    (None, 8192, 1152, True, False, "row_vec1_kernel", "1"), (None, 8192, 2048, True, True, "row_vec1_kernel", "1"),
-    ("leanvpt=4", 8192, 2048, True, False, "row_vec1_kernel", "4"),
-    ("leanvpt=4", 8192, 2048, False, False, "row_vec1_kernel", "4")])
+    (None, 8192, 1024, True, False, "fused_add_rmsnorm_fp8_block_quant_kernel", "4"),
+    (None, 16384, 1024, False, False, "fused_add_rmsnorm_fp8_block_quant_kernel", "4"),
+    (None, 8192, 2048, True, False, "row_vec1_kernel", "4"), (None, 16384, 4096, False, False, "row_vec1_kernel", "4"),
+    ("lean=512", 8192, 2048, True, False, "row_vec1_kernel", "4"),
+    ("lean=512,leanvpt=1", 8192, 2048, True, False, "row_vec1_kernel", "1"),
+    ("leanvpt=1", 16384, 2048, False, False, "fused_add_rmsnorm_fp8_block_quant_kernel", "4"),
+    ("leanvpt=4", 8192, 1024, True, False, "row_vec1_kernel", "4"),
+    ("leanvpt=4", 8192, 1024, False, False, "row_vec1_kernel", "4"),
+    (None, 512, 4096, True, False, "row_vec1_kernel", "1"), (None, 8192, 1152, True, False, "row_vec1_kernel", "1"),
+    (None, 8192, 2048, True, True, "row_vec1_kernel", "1")])
 def test_rows_without_residual_taken(tune, m, h, normed, residual, kernel, vpt):
     args = kernel_template_args(tune, m, h, kernel, normed, residual)
     assert template_bool(args[2]) == ("true" if residual else "false"), args

@@ -144,7 +144,8 @@ struct Switches {
                            // 1 never, kLeanVpt / kLeanVptEven that count in every lean grid it
                            // fits and the other never (benchmarks/NOTES.md, v40-41, v47);
                            // kLeanVptFour: four, in every grid of many rows of whole warps of
-                           // four vectors, without a residual (not a table rule)
+                           // four vectors, without a residual (the table: rows of two warps or
+                           // more beyond two waves)
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -398,11 +399,22 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // or are half-warps (bf16 2048 x 1152 +9%, 8192 x 1152 +4%, without normed_out +11-20%; 2048 x 1536
   // +1.5%), and 512 x 4096 (1.9 waves) +4.5%.
   const bool no_res_warp_rows = !has_residual && svec % (4 * 32) == 0 && rows > 2 * wave_vpt1;
-  // FP8NORM_TUNE=leanvpt=4 (not a table rule; to measure against the rule above): without a
-  // residual, lean rows of four vectors per thread in every grid of many rows whose rows are whole
-  // warps of four vectors (at most kLeanVptMaxThreads threads), the rule above not applied.
-  const bool lean_four = sw.lean_vpt == kLeanVptFour && !has_residual && svec % (4 * 32) == 0 &&
+  // And where those rows are two warps or more (bf16 H = 2048..4096, float32 1024 / 2048), the same
+  // four vectors per thread in lean one-row CTAs (row_vec1_kernel, VPT = kLeanVptFour): no tile loop
+  // and no CTA of several rows. Executed instructions are level (ncu, bf16 16384 x 4096 without
+  // normed_out: 64.8 M against 64.3 M), yet same binary, two passes (v52), with PDL, µs, 4-vector
+  // rows -> lean four: bf16 2048 x 4096 11.77 -> 11.29, 8192 x 4096 48.10 -> 45.87, 16384 x 2048
+  // 47.80 -> 45.95, 16384 x 4096 93.78 -> 89.84, 32768 x 4096 178.98 -> 174.91 (2.3-4.6% faster;
+  // 2048 x 2048 level, +0.4%); without normed_out 5.0-8.0% faster (16384 x 4096 81.06 -> 75.98);
+  // float32 16384 x 1024 1.8% faster (4.5% without normed_out). Not rows of one warp (32-thread
+  // CTAs, at most 32 per SM, half the threads): bf16 8192 x 1024 +1.0% (+3.2% without normed_out),
+  // float32 8192 x 512 +27% (+37%).
+  // FP8NORM_TUNE=leanvpt=4: in every grid of many rows whose rows are whole warps of four vectors
+  // (at most kLeanVptMaxThreads threads); leanvpt=1 (or 2 / 3): never (4-vector rows by the rule above).
+  const bool four_fits = !has_residual && sw.row_vec1 != 0 && svec % (4 * 32) == 0 &&
                          svec / kLeanVptFour <= kLeanVptMaxThreads;
+  const bool lean_four = four_fits && (sw.lean_vpt == kLeanVptFour ||
+                                       (sw.lean_vpt == 0 && no_res_warp_rows && svec / kLeanVptFour >= 2 * 32));
   // FP8NORM_TUNE=lean=N: rows of 128..N vectors, with PDL in L2 and without a residual in every
   // case (0: none); vpt=4: the 4-vector rows.
   const int64_t lean_max = sw.lean_vecs >= 0 ? sw.lean_vecs : kLeanMaxVecs;
@@ -509,7 +521,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
       c.threads_x = static_cast<int>(t2);
     }
   }
-  if (lean && lean_four && sw.row_vec1 != 0) {
+  if (lean && lean_four) {
     c.lean_vpt = kLeanVptFour;
     c.threads_x = static_cast<int>(svec / kLeanVptFour);
   }

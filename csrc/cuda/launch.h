@@ -20,7 +20,7 @@ constexpr int kRegsPerSm = 65536;
 
 // The lean kernel with several vectors per thread (LaunchConfig::lean_vpt > 1): kLeanVpt of
 // them (rows of an odd number of blocks), kLeanVptEven (2-byte rows of whole warps) or
-// kLeanVptFour (rows of whole warps of the op without a residual; FP8NORM_TUNE=leanvpt=4 only),
+// kLeanVptFour (rows of two warps or more of the op without a residual),
 // in CTAs of at most kLeanVptMaxThreads threads, at least kLeanVptMinCtas per SM (so at most
 // kLeanVptMaxRegs registers).
 constexpr int kLeanVpt = 3;

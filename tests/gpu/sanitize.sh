@@ -26,7 +26,8 @@ status=0
 # fits, with the L2 prefetch of rows ahead, and with lean rows of three vectors per thread in
 # every lean grid (bf16 2047 x 1152 in 48-thread pairs; the aligned 1024 x 1152 cases), of two
 # vectors per thread in every lean grid of 2-byte rows of whole warps (bf16 2041 x 2048), and of
-# four without a residual (bf16 2113 x 1024: one-warp rows, one per CTA);
+# four without a residual in one-warp rows too (bf16 2113 x 1024, one per CTA; by default 2113 x
+# 2048 only);
 # racecheck also with plain accesses and 4 vectors per thread (the plain kWarpRows kernel's
 # per-row barriers: __syncwarp for rows of one warp, named barriers for rows of several), and
 # with plain accesses alone (1-vector rows, one or several per CTA, in Layout::kWarpRowsCta).

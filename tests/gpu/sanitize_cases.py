@@ -5,8 +5,8 @@ Grid: odd H (128, 1152, 5120), long rows (32768, 65536), M in {1, 3, 5, 1024} (a
 long rows: a row split over a cluster beyond the decode sizes), strided (and unaligned) rows,
 every block_scale layout, normed_out=None, scale_ue8m0, both ops, bf16 and float32, one
 wave of rows that nearly fills the GPU (2041 x 2048, bf16), the op without a residual in 4-vector
-rows of one warp (2113 x 1024, bf16), and lean rows two per CTA with the last CTA's second row
-past M (2047 x 1152, bf16). With the
+rows of one warp (2113 x 1024, bf16) and in lean rows of four vectors per thread (2113 x 2048),
+and lean rows two per CTA with the last CTA's second row past M (2047 x 1152, bf16). With the
 default table every slice fits in shared memory; the path that re-reads a multi-tile slice from
 global memory runs under sanitize.sh's memcheck setting FP8NORM_TUNE=threads=64,stash=0.
 """
@@ -50,6 +50,9 @@ def cases(device="cuda"):
     # The op without a residual in rows of 128 vectors over two waves of lean rows (launch_config's
     # rule, v51): 4-vector rows of one warp, 8 per CTA, the last CTA with one row and seven idle.
     yield Case(device, torch.bfloat16, 2113, 1024, fused=False, layout="tma")
+    # ... and in rows of 256 vectors (two warps of four vectors per thread): lean one-row CTAs of
+    # four vectors per thread, without normed_out (v52).
+    yield Case(device, torch.bfloat16, 2113, 2048, fused=False, normed_none=True, layout="row_major")
     # Lean rows of 144 vectors (an odd number of half-warps), two per CTA, an odd M: the last
     # CTA's second row past M (with sanitize.sh's hints=1,demote=1,lean=512: the block-scale line
     # policy; with rowvec1=1,prefetch=1 the L2 prefetch of rows ahead).
