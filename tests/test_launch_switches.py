@@ -88,6 +88,10 @@ SWITCHES = [
                                                  # without a residual in every grid of many rows
                                                  # (2048 x 1024: 32 threads, float32 64; default:
                                                  # rows of two warps or more beyond two waves)
+    {"FP8NORM_TUNE": "gather=0"},                # lean rows of several vectors per thread store
+                                                 # each vector's block scale (default: a thread's
+                                                 # scales gathered, one store; 2047 x 1152, 2048 x
+                                                 # 2048 without normed_out)
 ]
 
 # Shapes x options: odd block counts (1152: 9 blocks; 1408: 11, in half-warp rows of 48 threads

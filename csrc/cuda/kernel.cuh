@@ -788,6 +788,27 @@ __global__ void __launch_bounds__(max_threads_per_cta(VPT), VPT == 4 && ALIGNED 
   }
 }
 
+// row_vec1_kernel's store of row `row`'s block scale `col` (one lane of the block's stores it).
+template <bool HINTED>
+__device__ __forceinline__ void store_lean_block_scale(const RowArgs& a, const TileShape& s, int64_t row, int col,
+                                                       float scale) {
+  float* p = a.block_scale + row * a.scale_stride_row + col * a.scale_stride_col;
+  // The line policy only in grids where some rows keep their lines (scale_keep_rows > 0):
+  // with none (decode grids, short grids) every store would be an evict_normal one, which a
+  // plain store is, and the policy path costs each warp ~35 more instructions at the end of
+  // its chain (same binary, a runtime switch, one pass: 128 x 8192 3.45 -> 3.39 µs with PDL,
+  // 4.05 / 4.10 -> 3.99 without; against the build before, five passes: level with PDL, 0.4%
+  // faster without; benchmarks/NOTES.md, v34).
+  if constexpr (FP8NORM_SM90 && scale_line_policy<1, Layout::kRowVec1, HINTED>()) {
+    if (s.scale_keep_rows > 0) {
+      store_scale(p, scale, scale_store_policy(row < s.scale_keep_rows));
+      demote_scale_line_if(scale_line_demoter(row, s.scale_demote_rows, s.scale_keep_rows), p, s.scale_demote_rows);
+      return;
+    }
+  }
+  *p = scale;
+}
+
 // Layout::kRowVec1: one row per CTA, one 16-byte vector per thread and stream, aligned rows (the
 // decode rows of one CTA, such as M = 128 with H 2048..8192 in bf16, and the lean rows of grids
 // of many rows, bf16 H 1024..4096; launch_config's rules say where it is taken). The same
@@ -942,6 +963,12 @@ __global__ void __launch_bounds__(VPT > 1 ? kLeanVptMaxThreads : max_threads_per
 #pragma unroll
     for (int j = 0; j < VPT; ++j) load<true, kReuse>(wv[j], vec_at<VEC>(static_cast<const W*>(a.weight), tx + j * stride));
   }
+  // VPT > 1: the block scales gathered, lane (tx % LPB) == j of each block's LPB lanes keeping
+  // vector j's, and stored after the loop: each warp runs the scale store's code (address, L2
+  // policy: ~20-50 instructions) once, not once per vector (FP8NORM_TUNE=gather=0: per vector).
+  static_assert(VPT <= LPB, "a block's lanes keep the scales of a thread's vectors, one each");
+  [[maybe_unused]] const int kept_j = tx % LPB;
+  [[maybe_unused]] float kept_scale = 0.0f;
 #pragma unroll
   for (int j = 0; j < VPT; ++j) {
     const int v = tx + j * stride;  // the vector of the row
@@ -956,23 +983,16 @@ __global__ void __launch_bounds__(VPT > 1 ? kLeanVptMaxThreads : max_threads_per
     if (valid) {
       uint8_t* out = row_start<true>(static_cast<uint8_t*>(a.out) + row * a.out_stride);
       store_fp8<true, VEC, kOnce>(vec_at<VEC>(out, v), words);
-      if (tx % LPB == 0) {
-        float* p = a.block_scale + row * a.scale_stride_row + (v / LPB) * a.scale_stride_col;
-        // The line policy only in grids where some rows keep their lines (scale_keep_rows > 0):
-        // with none (decode grids, short grids) every store would be an evict_normal one, which a
-        // plain store is, and the policy path costs each warp ~35 more instructions at the end of
-        // its chain (same binary, a runtime switch, one pass: 128 x 8192 3.45 -> 3.39 µs with PDL,
-        // 4.05 / 4.10 -> 3.99 without; against the build before, five passes: level with PDL, 0.4%
-        // faster without; benchmarks/NOTES.md, v34).
-        if constexpr (FP8NORM_SM90 && scale_line_policy<1, Layout::kRowVec1, HINTED>()) {
-          if (s.scale_keep_rows > 0) {
-            store_scale(p, scale, scale_store_policy(row < s.scale_keep_rows));
-            demote_scale_line_if(scale_line_demoter(row, s.scale_demote_rows, s.scale_keep_rows), p, s.scale_demote_rows);
-            continue;
-          }
-        }
-        *p = scale;
+      if (VPT == 1 || !s.gather_scales) {
+        if (tx % LPB == 0) store_lean_block_scale<HINTED>(a, s, row, v / LPB, scale);
+      } else if (kept_j == j) {
+        kept_scale = scale;
       }
+    }
+  }
+  if constexpr (VPT > 1) {
+    if (s.gather_scales && valid && kept_j < VPT) {
+      store_lean_block_scale<HINTED>(a, s, row, (tx + kept_j * stride) / LPB, kept_scale);
     }
   }
 }

@@ -87,6 +87,8 @@ struct TileShape {
                                   // scales with an L2 evict_last policy (scale_line_policy)
   int64_t scale_demote_rows = 0;  // row r demotes the scale lines of rows r - this - 31 ..
                                   // r - this to evict_normal
+  bool gather_scales = true;  // several vectors per thread: store the block scales once per
+                              // thread after its vectors (else one store per vector)
 };
 
 struct LaunchConfig {
