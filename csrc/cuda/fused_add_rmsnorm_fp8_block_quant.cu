@@ -327,6 +327,11 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   };
   // CTAs one wave holds with 1 vector per thread.
   const int64_t wave_vpt1 = int64_t{dev.sms} * std::max<int64_t>(1, kThreadsPerSm / threads_for(1));
+  // The GPU's CTA slots for lean rows of several vectors per thread in CTAs of `cta_threads`
+  // threads, at the kernel's kLeanVptMaxRegs registers (registers are held per whole warp).
+  auto lean_vpt_slots = [&](int64_t cta_threads) {
+    return int64_t{dev.sms} * (kRegsPerSm / (kLeanVptMaxRegs * ceil_div(cta_threads, 32) * 32));
+  };
   const bool many_rows = ctas_per_wave > wave_vpt1;
   const bool clustered_long = c.shape.cluster > 1 && svec > 512 && ctas_per_wave > dev.sms / 2;
   // Cache hints: the streaming (evict-first) hints keep a large call from flushing L2, but
@@ -402,21 +407,24 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // +1.5%), and 512 x 4096 (1.9 waves) +4.5%.
   const bool no_res_warp_rows = !has_residual && svec % (4 * 32) == 0 && rows > 2 * wave_vpt1;
   // And where those rows are two warps or more (bf16 H = 2048..4096, float32 1024 / 2048), the same
-  // four vectors per thread in lean one-row CTAs (row_vec1_kernel, VPT = kLeanVptFour): no tile loop
-  // and no CTA of several rows. Executed instructions are level (ncu, bf16 16384 x 4096 without
-  // normed_out: 64.8 M against 64.3 M), yet same binary, two passes (v52), with PDL, µs, 4-vector
-  // rows -> lean four: bf16 2048 x 4096 11.77 -> 11.29, 8192 x 4096 48.10 -> 45.87, 16384 x 2048
-  // 47.80 -> 45.95, 16384 x 4096 93.78 -> 89.84, 32768 x 4096 178.98 -> 174.91 (2.3-4.6% faster;
-  // 2048 x 2048 level, +0.4%); without normed_out 5.0-8.0% faster (16384 x 4096 81.06 -> 75.98);
+  // four vectors per thread in lean one-row CTAs (row_vec1_kernel, VPT = kLeanVptFour: no tile loop,
+  // no CTA of several rows) in grids of more than one wave of them. Executed instructions are level
+  // (ncu, bf16 16384 x 4096 without normed_out: 64.8 M against 64.3 M), yet same binary, two passes
+  // (v52), with PDL, µs, 4-vector rows -> lean four: bf16 2048 x 4096 11.77 -> 11.29, 8192 x 4096
+  // 48.10 -> 45.87, 16384 x 2048 47.80 -> 45.95, 16384 x 4096 93.78 -> 89.84, 32768 x 4096 178.98 ->
+  // 174.91 (2.3-4.6% faster); without normed_out 5.0-8.0% faster (16384 x 4096 81.06 -> 75.98);
   // float32 16384 x 1024 1.8% faster (4.5% without normed_out). Not rows of one warp (32-thread
   // CTAs, at most 32 per SM, half the threads): bf16 8192 x 1024 +1.0% (+3.2% without normed_out),
-  // float32 8192 x 512 +27% (+37%).
+  // float32 8192 x 512 +27% (+37%). Nor one wave of 64-thread CTAs (2048 rows, 2112 slots): bf16
+  // 2048 x 2048 +0.4% (-5.0% without normed_out), float32 2048 x 1024 +5.9% (-2.7%).
   // FP8NORM_TUNE=leanvpt=4: in every grid of many rows whose rows are whole warps of four vectors
   // (at most kLeanVptMaxThreads threads); leanvpt=1 (or 2 / 3): never (4-vector rows by the rule above).
+  const int64_t four_threads = svec / kLeanVptFour;  // threads of a row
   const bool four_fits = !has_residual && sw.row_vec1 != 0 && svec % (4 * 32) == 0 &&
-                         svec / kLeanVptFour <= kLeanVptMaxThreads;
+                         four_threads <= kLeanVptMaxThreads;
   const bool lean_four = four_fits && (sw.lean_vpt == kLeanVptFour ||
-                                       (sw.lean_vpt == 0 && no_res_warp_rows && svec / kLeanVptFour >= 2 * 32));
+                                       (sw.lean_vpt == 0 && no_res_warp_rows && four_threads >= 2 * 32 &&
+                                        rows > lean_vpt_slots(four_threads)));
   // FP8NORM_TUNE=lean=N: rows of 128..N vectors, with PDL in L2 and without a residual in every
   // case (0: none); vpt=4: the 4-vector rows.
   const int64_t lean_max = sw.lean_vecs >= 0 ? sw.lean_vecs : kLeanMaxVecs;
@@ -467,11 +475,6 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // Where lean rows of several vectors per thread pay beyond one wave: calls without normed_out
   // whose bytes take at most twice the L2 (v45 for three vectors, v47 for two).
   const bool lean_vpt_few_bytes = !writes_normed && footprint <= kLeanVptNoNormedMaxL2s * dev.l2_bytes;
-  // The GPU's CTA slots for such rows in CTAs of `cta_threads` threads, at the kernel's
-  // kLeanVptMaxRegs registers (registers are held per whole warp).
-  auto lean_vpt_slots = [&](int64_t cta_threads) {
-    return int64_t{dev.sms} * (kRegsPerSm / (kLeanVptMaxRegs * ceil_div(cta_threads, 32) * 32));
-  };
   const int64_t t3 = svec / kLeanVpt;  // threads of a row
   const bool t3_pair = pair_lean_rows(t3);
   const int64_t cta3 = t3_pair ? 2 * t3 : t3;
@@ -525,7 +528,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   }
   if (lean && lean_four) {
     c.lean_vpt = kLeanVptFour;
-    c.threads_x = static_cast<int>(svec / kLeanVptFour);
+    c.threads_x = static_cast<int>(four_threads);
   }
   const int64_t lean_threads = svec / c.lean_vpt;
   c.pair_rows = pair_lean_rows(lean_threads);
