@@ -150,10 +150,11 @@ def test_rows_without_residual(dtype, m, h, weight_fp32):
     # The op without a residual, where the fused op takes lean one-vector rows: in grids of more
     # than two waves of lean rows of a multiple of 128 vectors on any GPU of up to 132 SMs
     # (launch_config's rules), rows of one warp take 4-vector rows, several per CTA (bf16 H = 1024
-    # 8 per CTA, the last CTA with one row; float32 H = 512), and rows of two warps or more lean
-    # one-row CTAs of four vectors per thread (float16 H = 2048 and float32 H = 1024 in 64 threads,
-    # bf16 H = 4096 with a float32 weight in 128); with and without normed_out, a block_scale layout
-    # each. (tests/test_launch_switches.py checks which kernel runs.)
+    # 8 per CTA, the last CTA with one row; float32 H = 512), and rows of two warps or more, in
+    # grids of more than one wave of them, lean one-row CTAs of four vectors per thread (float16
+    # H = 2048 and float32 H = 1024 in 64 threads, bf16 H = 4096 with a float32 weight in 128), a
+    # thread's block scales gathered into one store; with and without normed_out, a block_scale
+    # layout each. (tests/test_launch_switches.py checks which kernel runs.)
     for i, normed_none in enumerate([False, True]):
         check_case(Case("cuda", dtype, m, h, fused=False, weight_fp32=weight_fp32, normed_none=normed_none,
                         ue8m0=normed_none, layout=LAYOUTS[(i + m) % len(LAYOUTS)]))

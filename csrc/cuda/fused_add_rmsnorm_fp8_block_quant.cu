@@ -114,10 +114,14 @@ const DeviceInfo& device_info(int device) {
 //                              half-warps in 8-byte vectors, whole warps: 0 never, they keep
 //                              16-byte vectors with idle lanes; 1 in every grid; default: in
 //                              grids of at most two rows per SM),
-//                              leanvpt=<0|1|2|3> (lean rows of several vectors per thread: 0
+//                              leanvpt=<0|1|2|3|4> (lean rows of several vectors per thread: 0
 //                              by launch_config's rules, 3 for an odd number of 1x128 blocks
-//                              dividing by three, 2 for 2-byte rows of whole warps; 1 never;
-//                              3 / 2 that count wherever it fits; default 0)
+//                              dividing by three, 2 for 2-byte rows of whole warps, 4 for rows
+//                              of whole warps without a residual; 1 never; 3 / 2 / 4 that count
+//                              wherever it fits; default 0),
+//                              gather=0 (lean rows of several vectors per thread store each
+//                              vector's block scale, instead of a thread's scales gathered into
+//                              one store)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
