@@ -20,9 +20,9 @@ constexpr int kRegsPerSm = 65536;
 
 // The lean kernel with several vectors per thread (LaunchConfig::lean_vpt > 1): kLeanVpt of
 // them (rows of an odd number of blocks), kLeanVptEven (2-byte rows of whole warps) or
-// kLeanVptFour (rows of two warps or more of the op without a residual),
-// in CTAs of at most kLeanVptMaxThreads threads, at least kLeanVptMinCtas per SM (so at most
-// kLeanVptMaxRegs registers).
+// kLeanVptFour (rows of two warps or more of the op without a residual), in CTAs of at most
+// kLeanVptMaxThreads threads, at least kLeanVptMinCtas per SM (so at most kLeanVptMaxRegs
+// registers).
 constexpr int kLeanVpt = 3;
 constexpr int kLeanVptEven = 2;
 constexpr int kLeanVptFour = 4;
