@@ -409,7 +409,8 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // to 1.6% slower without it at 2048 / 16384 x 2048). Not: rows whose 4-vector rows leave idle lanes
   // or are half-warps (bf16 2048 x 1152 +9%, 8192 x 1152 +4%, without normed_out +11-20%; 2048 x 1536
   // +1.5%), and 512 x 4096 (1.9 waves) +4.5%.
-  const bool no_res_warp_rows = !has_residual && svec % (4 * 32) == 0 && rows > 2 * wave_vpt1;
+  const bool no_res_four_warps = !has_residual && svec % (4 * 32) == 0;  // rows of whole warps of 4 vectors
+  const bool no_res_warp_rows = no_res_four_warps && rows > 2 * wave_vpt1;
   // And where those rows are two warps or more (bf16 H = 2048..4096, float32 1024 / 2048), the same
   // four vectors per thread in lean one-row CTAs (row_vec1_kernel, VPT = kLeanVptFour: no tile loop,
   // no CTA of several rows) in grids of more than one wave of them. Executed instructions are level
@@ -424,8 +425,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // FP8NORM_TUNE=leanvpt=4: in every grid of many rows whose rows are whole warps of four vectors
   // (at most kLeanVptMaxThreads threads); leanvpt=1 (or 2 / 3): never (4-vector rows by the rule above).
   const int64_t four_threads = svec / kLeanVptFour;  // threads of a row
-  const bool four_fits = !has_residual && sw.row_vec1 != 0 && svec % (4 * 32) == 0 &&
-                         four_threads <= kLeanVptMaxThreads;
+  const bool four_fits = no_res_four_warps && sw.row_vec1 != 0 && four_threads <= kLeanVptMaxThreads;
   const bool lean_four = four_fits && (sw.lean_vpt == kLeanVptFour ||
                                        (sw.lean_vpt == 0 && no_res_warp_rows && four_threads >= 2 * 32 &&
                                         rows > lean_vpt_slots(four_threads)));
