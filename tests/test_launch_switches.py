@@ -92,6 +92,8 @@ SWITCHES = [
                                                  # each vector's block scale (default: a thread's
                                                  # scales gathered, one store; 2047 x 1152, 2048 x
                                                  # 2048 without normed_out)
+    {"FP8NORM_TUNE": "scaleonce=1"},             # ... compute each block scale in one lane and
+                                                 # shuffle it (default: in every lane of the block)
 ]
 
 # Shapes x options: odd block counts (1152: 9 blocks; 1408: 11, in half-warp rows of 48 threads
@@ -126,12 +128,37 @@ print("ok")
 """
 
 
-@pytest.mark.parametrize("switches", SWITCHES, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
-def test_contract_under_launch_switch(switches):
+def run_cases(script, switches):
+    """Runs a script of check_case calls in a fresh process under the environment `switches`
+    (the launch switches are read once per process); it must print "ok" last."""
     here = os.path.dirname(__file__)
     env = {**os.environ, **switches, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", CASES], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("switches", SWITCHES, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+def test_contract_under_launch_switch(switches):
+    run_cases(CASES, switches)
+
+
+# Lean rows of four vectors per thread (the op without a residual: bf16 2113 x 2048 in 64 threads,
+# with and without normed_out; float32 4099 x 1024; bf16 3001 x 4096 with a float32 weight, in
+# 128) under the switches of their block-scale code (CASES above has no such rows).
+LEAN_FOUR_CASES = """
+import torch
+from fp8norm_testing import Case, check_case
+for dtype, m, h, wf, nn in [(torch.bfloat16, 2113, 2048, False, False), (torch.bfloat16, 2113, 2048, False, True),
+                            (torch.float32, 4099, 1024, False, True), (torch.bfloat16, 3001, 4096, True, True)]:
+    check_case(Case("cuda", dtype, m, h, fused=False, weight_fp32=wf, normed_none=nn, ue8m0=nn, layout="tma"))
+torch.cuda.synchronize()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("tune", ["gather=0", "scaleonce=1"])
+def test_lean_four_under_scale_switch(tune):
+    run_cases(LEAN_FOUR_CASES, {"FP8NORM_TUNE": tune})
 
 
 # Which kernel a launch takes, read from the profiler's kernel names (the script's arguments: M,

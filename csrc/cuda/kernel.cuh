@@ -518,18 +518,24 @@ __device__ __forceinline__ uint32_t block_amax(uint32_t v) {
 
 // The 1x128 block's scale (amax reduced over the block's LPB lanes of this warp: block_amax)
 // and g quantized by it to fp8 bytes, four per word.
-template <int VEC, int LPB, bool REDUX>
-__device__ __forceinline__ float quantize_vec(const float (&g)[VEC], uint32_t amax, bool ue8m0,
-                                              uint32_t (&words)[VEC / 4]) {
-  amax = block_amax<LPB, REDUX>(amax);
-  const float scale = block_scale_from_amax_bits(amax, ue8m0);
-  const float rcp = __frcp_rn(scale);
-  const float scale_or_zero = finite_scale_or_zero(scale);
+// g quantized to fp8 bytes, four per word, given its block's scale as scaled_by_reciprocal takes
+// it (finite_scale_or_zero) and the scale's reciprocal.
+template <int VEC>
+__device__ __forceinline__ void quantize_by(const float (&g)[VEC], float scale_or_zero, float rcp,
+                                            uint32_t (&words)[VEC / 4]) {
   float q[VEC];
 #pragma unroll
   for (int e = 0; e < VEC; ++e) q[e] = scaled_by_reciprocal(g[e], scale_or_zero, rcp);
 #pragma unroll
   for (int e = 0; e < VEC; e += 4) words[e / 4] = to_fp8x2(q[e], q[e + 1]) | (to_fp8x2(q[e + 2], q[e + 3]) << 16);
+}
+
+template <int VEC, int LPB, bool REDUX>
+__device__ __forceinline__ float quantize_vec(const float (&g)[VEC], uint32_t amax, bool ue8m0,
+                                              uint32_t (&words)[VEC / 4]) {
+  amax = block_amax<LPB, REDUX>(amax);
+  const float scale = block_scale_from_amax_bits(amax, ue8m0);
+  quantize_by(g, finite_scale_or_zero(scale), __frcp_rn(scale), words);
   return scale;
 }
 
@@ -969,6 +975,49 @@ __global__ void __launch_bounds__(VPT > 1 ? kLeanVptMaxThreads : max_threads_per
   static_assert(VPT <= LPB, "a block's lanes keep the scales of a thread's vectors, one each");
   [[maybe_unused]] const int kept_j = tx % LPB;
   [[maybe_unused]] float kept_scale = 0.0f;
+  // FP8NORM_TUNE=scaleonce=1 (VPT > 1; to measure): every vector normalized first, its normed
+  // values kept as T (what g holds, rounded), then each block's scale computed once, by the lane
+  // (tx % LPB) == j of its lanes for vector j, and its reciprocal and finite value shuffled to
+  // the block's other lanes (two shuffles per vector), instead of the same ~20 instructions
+  // (floor, division by 448, ue8m0, reciprocal) in every lane for every vector. The same values.
+  if constexpr (VPT > 1) {
+    if (s.scale_once) {
+      Pack<T, VEC> nv[VPT];
+      uint32_t amax[VPT];
+#pragma unroll
+      for (int j = 0; j < VPT; ++j) {
+        float g[VEC];
+        amax[j] = block_amax<LPB, false>(normalize_vec(sv[j], wv[j], rstd, nv[j], g));
+        if (valid && a.normed != nullptr) {
+          store<true, kOnce>(vec_at<VEC>(row_start<true>(static_cast<T*>(a.normed) + row * a.normed_stride),
+                                         tx + j * stride),
+                             nv[j]);
+        }
+      }
+      uint32_t mine = amax[0];
+#pragma unroll
+      for (int j = 1; j < VPT; ++j) mine = kept_j == j ? amax[j] : mine;
+      const float scale = block_scale_from_amax_bits(mine, a.ue8m0);
+      const float rcp = __frcp_rn(scale), scale_or_zero = finite_scale_or_zero(scale);
+      // The block's first lane in the warp (a block's LPB lanes are aligned in the warp: blockDim.x
+      // is a multiple of LPB).
+      const int first = static_cast<int>((threadIdx.y * blockDim.x + tx) & 31) & ~(LPB - 1);
+      uint8_t* out = row_start<true>(static_cast<uint8_t*>(a.out) + row * a.out_stride);
+#pragma unroll
+      for (int j = 0; j < VPT; ++j) {
+        const float rcp_j = __shfl_sync(0xFFFFFFFFu, rcp, first + j);
+        const float scale_or_zero_j = __shfl_sync(0xFFFFFFFFu, scale_or_zero, first + j);
+        float g[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; e += 2) Cvt<T>::to_float2(&nv[j].v[e], g[e], g[e + 1]);
+        uint32_t words[VEC / 4];
+        quantize_by(g, scale_or_zero_j, rcp_j, words);
+        if (valid) store_fp8<true, VEC, kOnce>(vec_at<VEC>(out, tx + j * stride), words);
+      }
+      if (valid && kept_j < VPT) store_lean_block_scale<HINTED>(a, s, row, (tx + kept_j * stride) / LPB, scale);
+      return;
+    }
+  }
 #pragma unroll
   for (int j = 0; j < VPT; ++j) {
     const int v = tx + j * stride;  // the vector of the row

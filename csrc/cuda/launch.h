@@ -89,6 +89,8 @@ struct TileShape {
                                   // r - this to evict_normal
   bool gather_scales = true;  // several vectors per thread: store the block scales once per
                               // thread after its vectors (else one store per vector)
+  bool scale_once = false;  // several vectors per thread: each block scale computed by one lane
+                            // and shuffled (else by every lane of the block)
 };
 
 struct LaunchConfig {
