@@ -516,8 +516,6 @@ __device__ __forceinline__ uint32_t block_amax(uint32_t v) {
   return v;
 }
 
-// The 1x128 block's scale (amax reduced over the block's LPB lanes of this warp: block_amax)
-// and g quantized by it to fp8 bytes, four per word.
 // g quantized to fp8 bytes, four per word, given its block's scale as scaled_by_reciprocal takes
 // it (finite_scale_or_zero) and the scale's reciprocal.
 template <int VEC>
@@ -530,6 +528,8 @@ __device__ __forceinline__ void quantize_by(const float (&g)[VEC], float scale_o
   for (int e = 0; e < VEC; e += 4) words[e / 4] = to_fp8x2(q[e], q[e + 1]) | (to_fp8x2(q[e + 2], q[e + 3]) << 16);
 }
 
+// The 1x128 block's scale (amax reduced over the block's LPB lanes of this warp: block_amax)
+// and g quantized by it to fp8 bytes, four per word.
 template <int VEC, int LPB, bool REDUX>
 __device__ __forceinline__ float quantize_vec(const float (&g)[VEC], uint32_t amax, bool ue8m0,
                                               uint32_t (&words)[VEC / 4]) {
