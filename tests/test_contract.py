@@ -152,9 +152,10 @@ def test_rows_without_residual(dtype, m, h, weight_fp32):
     # (launch_config's rules), rows of one warp take 4-vector rows, several per CTA (bf16 H = 1024
     # 8 per CTA, the last CTA with one row; float32 H = 512), and rows of two warps or more, in
     # grids of more than one wave of them, lean one-row CTAs of four vectors per thread (float16
-    # H = 2048 and float32 H = 1024 in 64 threads, bf16 H = 4096 with a float32 weight in 128), a
-    # thread's block scales gathered into one store; with and without normed_out, a block_scale
-    # layout each. (tests/test_launch_switches.py checks which kernel runs.)
+    # H = 2048 and float32 H = 1024 in 64 threads, bf16 H = 4096 with a float32 weight in 128),
+    # each block scale computed in one lane of the block and shuffled to the others, a thread's
+    # block scale stored once; with and without normed_out, a block_scale layout each.
+    # (tests/test_launch_switches.py checks which kernel runs.)
     for i, normed_none in enumerate([False, True]):
         check_case(Case("cuda", dtype, m, h, fused=False, weight_fp32=weight_fp32, normed_none=normed_none,
                         ue8m0=normed_none, layout=LAYOUTS[(i + m) % len(LAYOUTS)]))

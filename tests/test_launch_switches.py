@@ -88,12 +88,6 @@ SWITCHES = [
                                                  # without a residual in every grid of many rows
                                                  # (2048 x 1024: 32 threads, float32 64; default:
                                                  # rows of two warps or more beyond two waves)
-    {"FP8NORM_TUNE": "gather=0"},                # lean rows of several vectors per thread store
-                                                 # each vector's block scale (default: a thread's
-                                                 # scales gathered, one store; 2047 x 1152, 2048 x
-                                                 # 2048 without normed_out)
-    {"FP8NORM_TUNE": "scaleonce=1"},             # ... compute each block scale in one lane and
-                                                 # shuffle it (default: in every lane of the block)
 ]
 
 # Shapes x options: odd block counts (1152: 9 blocks; 1408: 11, in half-warp rows of 48 threads
@@ -144,21 +138,23 @@ def test_contract_under_launch_switch(switches):
 
 # Lean rows of four vectors per thread (the op without a residual: bf16 2113 x 2048 in 64 threads,
 # with and without normed_out; float32 4099 x 1024; bf16 3001 x 4096 with a float32 weight, in
-# 128) under the switches of their block-scale code (CASES above has no such rows).
+# 128; bf16 4096 x 2048, whose column-major scales are whole 128-byte lines) with hinted accesses
+# and the block-scale line policy (hints=1,demote=1: most of them are plain by default, their
+# bytes fitting in L2), the scale-once code's other instantiation (CASES above has no such rows).
 LEAN_FOUR_CASES = """
 import torch
 from fp8norm_testing import Case, check_case
 for dtype, m, h, wf, nn in [(torch.bfloat16, 2113, 2048, False, False), (torch.bfloat16, 2113, 2048, False, True),
-                            (torch.float32, 4099, 1024, False, True), (torch.bfloat16, 3001, 4096, True, True)]:
+                            (torch.float32, 4099, 1024, False, True), (torch.bfloat16, 3001, 4096, True, True),
+                            (torch.bfloat16, 4096, 2048, False, True)]:
     check_case(Case("cuda", dtype, m, h, fused=False, weight_fp32=wf, normed_none=nn, ue8m0=nn, layout="tma"))
 torch.cuda.synchronize()
 print("ok")
 """
 
 
-@pytest.mark.parametrize("tune", ["gather=0", "scaleonce=1"])
-def test_lean_four_under_scale_switch(tune):
-    run_cases(LEAN_FOUR_CASES, {"FP8NORM_TUNE": tune})
+def test_lean_four_hinted():
+    run_cases(LEAN_FOUR_CASES, {"FP8NORM_TUNE": "hints=1,demote=1"})
 
 
 # Which kernel a launch takes, read from the profiler's kernel names (the script's arguments: M,

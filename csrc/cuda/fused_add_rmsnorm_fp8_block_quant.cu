@@ -118,13 +118,7 @@ const DeviceInfo& device_info(int device) {
 //                              by launch_config's rules, 3 for an odd number of 1x128 blocks
 //                              dividing by three, 2 for 2-byte rows of whole warps, 4 for rows
 //                              of whole warps without a residual; 1 never; 3 / 2 / 4 that count
-//                              wherever it fits; default 0),
-//                              gather=0 (lean rows of several vectors per thread store each
-//                              vector's block scale, instead of a thread's scales gathered into
-//                              one store),
-//                              scaleonce=1 (lean rows of several vectors per thread: each block
-//                              scale computed by one lane and shuffled to the others; not a
-//                              table rule, to measure)
+//                              wherever it fits; default 0)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
@@ -153,8 +147,6 @@ struct Switches {
                            // kLeanVptFour: four, in every grid of many rows of whole warps of
                            // four vectors, without a residual (the table: rows of two warps or
                            // more beyond two waves)
-  bool gather_scales = true;  // several vectors per thread: block scales stored once per thread
-  bool scale_once = false;    // several vectors per thread: block scales computed once per block
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -194,8 +186,6 @@ const Switches& switches() {
       s.full_rows = std::clamp(tune_value(spec, "full", -1), -1, 1);
       s.pair_rows = tune_value(spec, "pair", 1) != 0;
       s.narrow = std::clamp(tune_value(spec, "narrow", -1), -1, 1);
-      s.gather_scales = tune_value(spec, "gather", 1) != 0;
-      s.scale_once = tune_value(spec, "scaleonce", 0) != 0;
       s.lean_vpt = tune_value(spec, "leanvpt", s.lean_vpt);
       if (s.lean_vpt != 0 && s.lean_vpt != kLeanVpt && s.lean_vpt != kLeanVptEven && s.lean_vpt != kLeanVptFour)
         s.lean_vpt = 1;
@@ -562,8 +552,6 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   }
   c.shape.weight_in_pass1 = !(c.shape.cluster == 1 && c.threads_x > 512);
   if (sw.weight_pass > 0) c.shape.weight_in_pass1 = sw.weight_pass == 1;
-  c.shape.gather_scales = sw.gather_scales;
-  c.shape.scale_once = sw.scale_once;
   c.rows_per_cta = c.pair_rows ? 2
                    : c.shape.ntiles == 1 && c.shape.cluster == 1 && !lean ? std::max(1, cta_threads / c.threads_x) : 1;
   if (c.half_warp_rows()) c.rows_per_cta &= ~1;  // half-warp rows: whole warps per CTA

@@ -969,80 +969,64 @@ __global__ void __launch_bounds__(VPT > 1 ? kLeanVptMaxThreads : max_threads_per
 #pragma unroll
     for (int j = 0; j < VPT; ++j) load<true, kReuse>(wv[j], vec_at<VEC>(static_cast<const W*>(a.weight), tx + j * stride));
   }
-  // VPT > 1: the block scales gathered, lane (tx % LPB) == j of each block's LPB lanes keeping
-  // vector j's, and stored after the loop: each warp runs the scale store's code (address, L2
-  // policy: ~20-50 instructions) once, not once per vector (FP8NORM_TUNE=gather=0: per vector).
-  static_assert(VPT <= LPB, "a block's lanes keep the scales of a thread's vectors, one each");
-  [[maybe_unused]] const int kept_j = tx % LPB;
-  [[maybe_unused]] float kept_scale = 0.0f;
-  // FP8NORM_TUNE=scaleonce=1 (VPT > 1; to measure): every vector normalized first, its normed
-  // values kept as T (what g holds, rounded), then each block's scale computed once, by the lane
-  // (tx % LPB) == j of its lanes for vector j, and its reciprocal and finite value shuffled to
-  // the block's other lanes (two shuffles per vector), instead of the same ~20 instructions
-  // (floor, division by 448, ue8m0, reciprocal) in every lane for every vector. The same values.
-  if constexpr (VPT > 1) {
-    if (s.scale_once) {
-      Pack<T, VEC> nv[VPT];
-      uint32_t amax[VPT];
-#pragma unroll
-      for (int j = 0; j < VPT; ++j) {
-        float g[VEC];
-        amax[j] = block_amax<LPB, false>(normalize_vec(sv[j], wv[j], rstd, nv[j], g));
-        if (valid && a.normed != nullptr) {
-          store<true, kOnce>(vec_at<VEC>(row_start<true>(static_cast<T*>(a.normed) + row * a.normed_stride),
-                                         tx + j * stride),
-                             nv[j]);
-        }
-      }
-      uint32_t mine = amax[0];
-#pragma unroll
-      for (int j = 1; j < VPT; ++j) mine = kept_j == j ? amax[j] : mine;
-      const float scale = block_scale_from_amax_bits(mine, a.ue8m0);
-      const float rcp = __frcp_rn(scale), scale_or_zero = finite_scale_or_zero(scale);
-      // The block's first lane in the warp (a block's LPB lanes are aligned in the warp: blockDim.x
-      // is a multiple of LPB).
-      const int first = static_cast<int>((threadIdx.y * blockDim.x + tx) & 31) & ~(LPB - 1);
-      uint8_t* out = row_start<true>(static_cast<uint8_t*>(a.out) + row * a.out_stride);
-#pragma unroll
-      for (int j = 0; j < VPT; ++j) {
-        const float rcp_j = __shfl_sync(0xFFFFFFFFu, rcp, first + j);
-        const float scale_or_zero_j = __shfl_sync(0xFFFFFFFFu, scale_or_zero, first + j);
-        float g[VEC];
-#pragma unroll
-        for (int e = 0; e < VEC; e += 2) Cvt<T>::to_float2(&nv[j].v[e], g[e], g[e + 1]);
-        uint32_t words[VEC / 4];
-        quantize_by(g, scale_or_zero_j, rcp_j, words);
-        if (valid) store_fp8<true, VEC, kOnce>(vec_at<VEC>(out, tx + j * stride), words);
-      }
-      if (valid && kept_j < VPT) store_lean_block_scale<HINTED>(a, s, row, (tx + kept_j * stride) / LPB, scale);
-      return;
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < VPT; ++j) {
-    const int v = tx + j * stride;  // the vector of the row
+  if constexpr (VPT == 1) {
     Pack<T, VEC> nv;
     float g[VEC];
-    const uint32_t amax = normalize_vec(sv[j], wv[j], rstd, nv, g);
+    const uint32_t amax = normalize_vec(sv[0], wv[0], rstd, nv, g);
     if (valid && a.normed != nullptr) {
-      store<true, kOnce>(vec_at<VEC>(row_start<true>(static_cast<T*>(a.normed) + row * a.normed_stride), v), nv);
+      store<true, kOnce>(vec_at<VEC>(row_start<true>(static_cast<T*>(a.normed) + row * a.normed_stride), tx), nv);
     }
     uint32_t words[VEC / 4];
     const float scale = quantize_vec<VEC, LPB, false>(g, amax, a.ue8m0, words);
     if (valid) {
       uint8_t* out = row_start<true>(static_cast<uint8_t*>(a.out) + row * a.out_stride);
-      store_fp8<true, VEC, kOnce>(vec_at<VEC>(out, v), words);
-      if (VPT == 1 || !s.gather_scales) {
-        if (tx % LPB == 0) store_lean_block_scale<HINTED>(a, s, row, v / LPB, scale);
-      } else if (kept_j == j) {
-        kept_scale = scale;
+      store_fp8<true, VEC, kOnce>(vec_at<VEC>(out, tx), words);
+      if (tx % LPB == 0) store_lean_block_scale<HINTED>(a, s, row, tx / LPB, scale);
+    }
+  } else {
+    // Several vectors per thread: every vector normalized first, its normed values kept as T
+    // (what g holds, rounded: re-widened below, the same values), then each block's scale
+    // computed once, by the lane (tx % LPB) == j of the block's LPB lanes for vector j, its
+    // reciprocal and finite value shuffled to the block's other lanes (two shuffles per vector),
+    // instead of the same ~20 instructions (floor, division by 448, ue8m0, reciprocal) in every
+    // lane for every vector; and each lane stores the one scale it computed, one store per
+    // thread: each warp runs the scale store's code (address, L2 policy: ~20-50 instructions)
+    // once, not once per vector (benchmarks/NOTES.md v52 items 2 and 6).
+    static_assert(VPT <= LPB, "a block's lanes compute the scales of a thread's vectors, one each");
+    const int kept_j = tx % LPB;
+    Pack<T, VEC> nv[VPT];
+    uint32_t amax[VPT];
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      float g[VEC];
+      amax[j] = block_amax<LPB, false>(normalize_vec(sv[j], wv[j], rstd, nv[j], g));
+      if (valid && a.normed != nullptr) {
+        store<true, kOnce>(vec_at<VEC>(row_start<true>(static_cast<T*>(a.normed) + row * a.normed_stride),
+                                       tx + j * stride),
+                           nv[j]);
       }
     }
-  }
-  if constexpr (VPT > 1) {
-    if (s.gather_scales && valid && kept_j < VPT) {
-      store_lean_block_scale<HINTED>(a, s, row, (tx + kept_j * stride) / LPB, kept_scale);
+    uint32_t mine = amax[0];
+#pragma unroll
+    for (int j = 1; j < VPT; ++j) mine = kept_j == j ? amax[j] : mine;
+    const float scale = block_scale_from_amax_bits(mine, a.ue8m0);
+    const float rcp = __frcp_rn(scale), scale_or_zero = finite_scale_or_zero(scale);
+    // The block's first lane in the warp (a block's LPB lanes are aligned in the warp: blockDim.x
+    // is a multiple of LPB).
+    const int first = static_cast<int>((threadIdx.y * blockDim.x + tx) & 31) & ~(LPB - 1);
+    uint8_t* out = row_start<true>(static_cast<uint8_t*>(a.out) + row * a.out_stride);
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      const float rcp_j = __shfl_sync(0xFFFFFFFFu, rcp, first + j);
+      const float scale_or_zero_j = __shfl_sync(0xFFFFFFFFu, scale_or_zero, first + j);
+      float g[VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; e += 2) Cvt<T>::to_float2(&nv[j].v[e], g[e], g[e + 1]);
+      uint32_t words[VEC / 4];
+      quantize_by(g, scale_or_zero_j, rcp_j, words);
+      if (valid) store_fp8<true, VEC, kOnce>(vec_at<VEC>(out, tx + j * stride), words);
     }
+    if (valid && kept_j < VPT) store_lean_block_scale<HINTED>(a, s, row, (tx + kept_j * stride) / LPB, scale);
   }
 }
 

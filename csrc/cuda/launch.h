@@ -87,10 +87,6 @@ struct TileShape {
                                   // scales with an L2 evict_last policy (scale_line_policy)
   int64_t scale_demote_rows = 0;  // row r demotes the scale lines of rows r - this - 31 ..
                                   // r - this to evict_normal
-  bool gather_scales = true;  // several vectors per thread: store the block scales once per
-                              // thread after its vectors (else one store per vector)
-  bool scale_once = false;  // several vectors per thread: each block scale computed by one lane
-                            // and shuffled (else by every lane of the block)
 };
 
 struct LaunchConfig {

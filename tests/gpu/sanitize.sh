@@ -27,7 +27,7 @@ status=0
 # every lean grid (bf16 2047 x 1152 in 48-thread pairs; the aligned 1024 x 1152 cases), of two
 # vectors per thread in every lean grid of 2-byte rows of whole warps (bf16 2041 x 2048), and of
 # four without a residual in one-warp rows too (bf16 2113 x 1024, one per CTA; by default 2113 x
-# 2048 only), and with their block scales computed once per block (scaleonce=1: shuffled);
+# 2048 only);
 # racecheck also with plain accesses and 4 vectors per thread (the plain kWarpRows kernel's
 # per-row barriers: __syncwarp for rows of one warp, named barriers for rows of several), and
 # with plain accesses alone (1-vector rows, one or several per CTA, in Layout::kWarpRowsCta).
@@ -35,8 +35,7 @@ for tool in ${TOOLS:-memcheck racecheck initcheck synccheck}; do
   settings=("")
   case $tool in memcheck|racecheck) settings+=("FP8NORM_TUNE=cluster=3,vpt=1 FP8NORM_PDL=0"
                                               "FP8NORM_TUNE=rowvec1=1,prefetch=1" "FP8NORM_TUNE=leanvpt=3"
-                                              "FP8NORM_TUNE=leanvpt=2" "FP8NORM_TUNE=leanvpt=4"
-                                              "FP8NORM_TUNE=scaleonce=1") ;; esac
+                                              "FP8NORM_TUNE=leanvpt=2" "FP8NORM_TUNE=leanvpt=4") ;; esac
   case $tool in racecheck) settings+=("FP8NORM_TUNE=hints=0,vpt=4" "FP8NORM_TUNE=hints=0") ;; esac
   case $tool in memcheck) settings+=("FP8NORM_TUNE=prefetch=1,cta=1024,tiles=1" "FP8NORM_TUNE=threads=64,stash=0"
                                     "FP8NORM_TUNE=slice=0" "FP8NORM_TUNE=weight=2,release=0" "FP8NORM_TUNE=hints=0"
