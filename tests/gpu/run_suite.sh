@@ -10,7 +10,9 @@
 # time. Alone it took ~455 s on the H200 machine (16 cores); four parts side by side took 217 s
 # (2026-12-01, v41), but only with OMP_NUM_THREADS set: with each process's default of one
 # thread per core the parts slowed each other several-fold and none finished in 420 s.
-# LIMIT=seconds (default 400) stops each part with SIGINT, so pytest still prints its summary.
+# LIMIT=seconds (default 400) stops each part with SIGINT, so pytest still prints its summary,
+# and kills it 30 s later if it has not exited (v53's call 2: a part stopped in a hung test
+# printed its summary but did not exit, and the device call ran to its own limit).
 #
 # TORCHINDUCTOR_COMPILE_THREADS=1: inductor compiles in the test's process, not in its pool of
 # worker processes. With the pool, test_compile_fullgraph_dynamic[cuda] ran past LIMIT in the
@@ -36,7 +38,7 @@ others=$(ls tests/test_*.py | grep -v -e test_launch_switches.py -e test_contrac
 run() {  # run NAME PYTEST-ARGS...
   local name=$1
   shift
-  timeout -s INT "${LIMIT:-400}" python3 -m pytest -v -p no:cacheprovider -rs --durations=25 "$@" > "$out/suite_$name.txt" 2>&1
+  timeout -s INT -k 30 "${LIMIT:-400}" python3 -m pytest -v -p no:cacheprovider -rs --durations=25 "$@" > "$out/suite_$name.txt" 2>&1
   echo "$name rc $?" >> "$out/suite_$name.txt"
 }
 # shellcheck disable=SC2086  # word splitting of the id lists is intended
