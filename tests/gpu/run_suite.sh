@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Runs the whole test suite in four lanes side by side: the other files except
-# tests/test_contract.py and tests/test_launch_switches.py; that file's tests in three thirds, two
-# of them in a lane each and the third after tests/test_contract.py in the fourth. One log per
-# part, $OUT/suite_<part>.txt (or ./suite-out/). Exit status 0 only if every part passed.
-# (v47: in halves, one half of the launch-switch tests took 320 s, the contract file 37 s; v48: in
-# thirds 175-195 s each, the whole suite 238 s.)
+# Runs the whole test suite in four lanes side by side: tests/test_launch_switches.py's tests
+# (~10 s each, a fresh process per switch setting) in four parts, one after tests/test_contract.py,
+# one after the other files, and two alone, sized so that the lanes end about together (25% and
+# 11% of them after the contract file and the others, ~55 s and ~150-180 s on the H200; the rest
+# halved). One log per part, $OUT/suite_<part>.txt (or ./suite-out/). Exit status 0 only if every
+# part passed. (v47: in halves, one half of the launch-switch tests took 320 s, the contract file
+# 37 s; v48: in thirds 175-195 s each, the whole suite 238 s; v53, thirds of 83 tests: 262, 287
+# and 346 s, the last after the contract file's 47 s; the other files 127-177 s in v41-v51.)
 #
 # Why: the suite checks every CUDA result against reference.py on CPU copies, so it is mostly CPU
 # time. Alone it took ~455 s on the H200 machine (16 cores); four parts side by side took 217 s
@@ -28,12 +30,17 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( ($(nproc) + 3) / 4 ))}
 export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-1}
 ids=$(python3 -m pytest -q -p no:cacheprovider --collect-only tests/test_launch_switches.py 2>/dev/null | grep "::")
 n=$(echo "$ids" | grep -c "::")
-[ "$n" -ge 3 ] || { echo "run_suite.sh: collected $n launch-switch tests (collection failed?)" >&2; exit 1; }
-# No ids would leave a part with no arguments, and pytest would run the whole suite there.
-third=$(( n / 3 ))
-ls1=$(echo "$ids" | head -n "$third")
-ls2=$(echo "$ids" | sed -n "$(( third + 1 )),$(( 2 * third ))p")
-ls3=$(echo "$ids" | tail -n +"$(( 2 * third + 1 ))")
+# No ids would leave a part with no arguments, and pytest would run the whole suite there: at
+# least 10, so that every part gets one.
+[ "$n" -ge 10 ] || { echo "run_suite.sh: collected $n launch-switch tests (collection failed?)" >&2; exit 1; }
+n1=$(( n * 25 / 100 ))
+n2=$(( n * 11 / 100 ))
+n3=$(( (n - n1 - n2) / 2 ))
+part() { echo "$ids" | sed -n "$(( $1 + 1 )),$(( $1 + $2 ))p"; }  # part FIRST-INDEX COUNT
+ls1=$(part 0 "$n1")
+ls2=$(part "$n1" "$n2")
+ls3=$(part $(( n1 + n2 )) "$n3")
+ls4=$(echo "$ids" | tail -n +"$(( n1 + n2 + n3 + 1 ))")
 others=$(ls tests/test_*.py | grep -v -e test_launch_switches.py -e test_contract.py)
 run() {  # run NAME PYTEST-ARGS...
   local name=$1
@@ -43,14 +50,14 @@ run() {  # run NAME PYTEST-ARGS...
 }
 # shellcheck disable=SC2086  # word splitting of the id lists is intended
 {
-  { run contract tests/test_contract.py; run switches3 $ls3; } &
-  run others $others &
-  run switches1 $ls1 &
-  run switches2 $ls2 &
+  { run contract tests/test_contract.py; run switches1 $ls1; } &
+  { run others $others; run switches2 $ls2; } &
+  run switches3 $ls3 &
+  run switches4 $ls4 &
   wait
 }
 status=0
-for name in contract others switches1 switches2 switches3; do
+for name in contract others switches1 switches2 switches3 switches4; do
   echo "== $name: $(grep -E '^=+ .*(passed|failed|error|skipped)' "$out/suite_$name.txt" | tail -1)"
   grep -q "^$name rc 0$" "$out/suite_$name.txt" || status=1
 done
