@@ -516,6 +516,36 @@ __device__ __forceinline__ uint32_t block_amax(uint32_t v) {
   return v;
 }
 
+// The block amax of N vectors per lane at once (N a power of two, at most LPB): v[j] is this
+// lane's amax bits of its vector j, one 1x128 block per j over each aligned group of LPB lanes.
+// Reduced transposed: at each of the first log2(N) steps the lanes exchange half their values
+// with the lane `off` apart and keep the max of the other half (the lane with bit `off` set
+// keeps the upper half), then plain shuffle-and-max steps down to one lane; so the lanes
+// (lane % LPB) / (LPB / N) == j end with vector j's block amax. Shuffles: N - 1 + log2(LPB / N)
+// instead of N * log2(LPB) (N = 4, LPB = 16: 5 instead of 16). The same value (the unsigned max
+// of the same bits). All 32 lanes take part.
+template <int LPB, int N>
+__device__ __forceinline__ uint32_t block_amax_transposed(const uint32_t (&v)[N], int tx) {
+  static_assert(N >= 1 && N <= LPB && (N & (N - 1)) == 0, "N a power of two, at most LPB");
+  uint32_t cur[N];
+#pragma unroll
+  for (int j = 0; j < N; ++j) cur[j] = v[j];
+  int off = LPB / 2;
+#pragma unroll
+  for (int n = N; n > 1; n /= 2, off /= 2) {
+    const bool upper = (tx & off) != 0;
+#pragma unroll
+    for (int i = 0; i < n / 2; ++i) {
+      const uint32_t send = upper ? cur[i] : cur[i + n / 2];
+      const uint32_t keep = upper ? cur[i + n / 2] : cur[i];
+      cur[i] = max(keep, __shfl_xor_sync(0xFFFFFFFFu, send, off));
+    }
+  }
+#pragma unroll
+  for (; off > 0; off /= 2) cur[0] = max(cur[0], __shfl_xor_sync(0xFFFFFFFFu, cur[0], off));
+  return cur[0];
+}
+
 // g quantized to fp8 bytes, four per word, given its block's scale as scaled_by_reciprocal takes
 // it (finite_scale_or_zero) and the scale's reciprocal.
 template <int VEC>
@@ -985,31 +1015,33 @@ __global__ void __launch_bounds__(VPT > 1 ? kLeanVptMaxThreads : max_threads_per
     }
   } else {
     // Several vectors per thread: every vector normalized first, its normed values kept as T
-    // (what g holds, rounded: re-widened below, the same values), then each block's scale
-    // computed once, by the lane (tx % LPB) == j of the block's LPB lanes for vector j, its
+    // (what g holds, rounded: re-widened below, the same values); the block amax values reduced
+    // transposed (block_amax_transposed: 5 shuffles instead of 16 for four vectors of 16 lanes;
+    // three vectors padded to four with zero bits, no amax), so that the lanes (tx % LPB) /
+    // kOwners == j of the block's LPB lanes hold vector j's; they compute its scale once, its
     // reciprocal and finite value shuffled to the block's other lanes (two shuffles per vector),
     // instead of the same ~20 instructions (floor, division by 448, ue8m0, reciprocal) in every
-    // lane for every vector; and each lane stores the one scale it computed, one store per
-    // thread: each warp runs the scale store's code (address, L2 policy: ~20-50 instructions)
-    // once, not once per vector (benchmarks/NOTES.md v52 items 2 and 6).
-    static_assert(VPT <= LPB, "a block's lanes compute the scales of a thread's vectors, one each");
-    const int kept_j = tx % LPB;
+    // lane for every vector; and the first of them stores it, at most one store per thread: each
+    // warp runs the scale store's code (address, L2 policy: ~20-50 instructions) once, not once
+    // per vector (benchmarks/NOTES.md v52 items 2 and 6, v53).
+    constexpr int kN = VPT == 3 ? 4 : VPT;
+    constexpr int kOwners = LPB / kN;  // lanes of a block ending with one vector's amax
+    static_assert(kN <= LPB, "a block's lanes hold the amax of a thread's vectors");
+    const int kept_j = (tx % LPB) / kOwners;  // the vector whose scale this lane computes
     Pack<T, VEC> nv[VPT];
-    uint32_t amax[VPT];
+    uint32_t amax[kN];
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
       float g[VEC];
-      amax[j] = block_amax<LPB, false>(normalize_vec(sv[j], wv[j], rstd, nv[j], g));
+      amax[j] = normalize_vec(sv[j], wv[j], rstd, nv[j], g);
       if (valid && a.normed != nullptr) {
         store<true, kOnce>(vec_at<VEC>(row_start<true>(static_cast<T*>(a.normed) + row * a.normed_stride),
                                        tx + j * stride),
                            nv[j]);
       }
     }
-    uint32_t mine = amax[0];
-#pragma unroll
-    for (int j = 1; j < VPT; ++j) mine = kept_j == j ? amax[j] : mine;
-    const float scale = block_scale_from_amax_bits(mine, a.ue8m0);
+    if constexpr (kN > VPT) amax[kN - 1] = 0u;
+    const float scale = block_scale_from_amax_bits(block_amax_transposed<LPB, kN>(amax, tx), a.ue8m0);
     const float rcp = __frcp_rn(scale), scale_or_zero = finite_scale_or_zero(scale);
     // The block's first lane in the warp (a block's LPB lanes are aligned in the warp: blockDim.x
     // is a multiple of LPB).
@@ -1017,8 +1049,8 @@ __global__ void __launch_bounds__(VPT > 1 ? kLeanVptMaxThreads : max_threads_per
     uint8_t* out = row_start<true>(static_cast<uint8_t*>(a.out) + row * a.out_stride);
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
-      const float rcp_j = __shfl_sync(0xFFFFFFFFu, rcp, first + j);
-      const float scale_or_zero_j = __shfl_sync(0xFFFFFFFFu, scale_or_zero, first + j);
+      const float rcp_j = __shfl_sync(0xFFFFFFFFu, rcp, first + j * kOwners);
+      const float scale_or_zero_j = __shfl_sync(0xFFFFFFFFu, scale_or_zero, first + j * kOwners);
       float g[VEC];
 #pragma unroll
       for (int e = 0; e < VEC; e += 2) Cvt<T>::to_float2(&nv[j].v[e], g[e], g[e + 1]);
@@ -1026,7 +1058,9 @@ __global__ void __launch_bounds__(VPT > 1 ? kLeanVptMaxThreads : max_threads_per
       quantize_by(g, scale_or_zero_j, rcp_j, words);
       if (valid) store_fp8<true, VEC, kOnce>(vec_at<VEC>(out, tx + j * stride), words);
     }
-    if (valid && kept_j < VPT) store_lean_block_scale<HINTED>(a, s, row, (tx + kept_j * stride) / LPB, scale);
+    if (valid && kept_j < VPT && tx % kOwners == 0) {
+      store_lean_block_scale<HINTED>(a, s, row, (tx + kept_j * stride) / LPB, scale);
+    }
   }
 }
 
