@@ -21,7 +21,8 @@
 # part "others" twice (v52 with sanitizers beside the suite, v53 without: > 250 s, stopped in a
 # wait in threading.py; the cause not found), where the whole part had passed in 127-177 s in
 # v41-v51's suites; run beside the sanitizers with in-process compiles it took 2.3 s
-# (tests/gpu/results/h200_2026-12-02_v53.txt). Not yet run in the whole suite so.
+# (tests/gpu/results/h200_2026-12-02_v53.txt). The whole suite so (v54, LIMIT=330): every part passed, lanes
+# 42 + 174, 184 + 77, 255 and 275 s, the [cuda] test 1.7 s (h200_2026-12-02_v54.txt).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-suite-out}
