@@ -520,10 +520,10 @@ __device__ __forceinline__ uint32_t block_amax(uint32_t v) {
 // lane's amax bits of its vector j, one 1x128 block per j over each aligned group of LPB lanes.
 // Reduced transposed: at each of the first log2(N) steps the lanes exchange half their values
 // with the lane `off` apart and keep the max of the other half (the lane with bit `off` set
-// keeps the upper half), then plain shuffle-and-max steps down to one lane; so the lanes
-// (lane % LPB) / (LPB / N) == j end with vector j's block amax. Shuffles: N - 1 + log2(LPB / N)
-// instead of N * log2(LPB) (N = 4, LPB = 16: 5 instead of 16). The same value (the unsigned max
-// of the same bits). All 32 lanes take part.
+// keeps the upper half), then block_amax's plain steps over the remaining LPB / N lanes; so the
+// lanes (lane % LPB) / (LPB / N) == j end with vector j's block amax. Shuffles: N - 1 +
+// log2(LPB / N) instead of N * log2(LPB) (N = 4, LPB = 16: 5 instead of 16). The same value
+// (the unsigned max of the same bits). All 32 lanes take part.
 template <int LPB, int N>
 __device__ __forceinline__ uint32_t block_amax_transposed(const uint32_t (&v)[N], int tx) {
   static_assert(N >= 1 && N <= LPB && (N & (N - 1)) == 0, "N a power of two, at most LPB");
@@ -541,9 +541,7 @@ __device__ __forceinline__ uint32_t block_amax_transposed(const uint32_t (&v)[N]
       cur[i] = max(keep, __shfl_xor_sync(0xFFFFFFFFu, send, off));
     }
   }
-#pragma unroll
-  for (; off > 0; off /= 2) cur[0] = max(cur[0], __shfl_xor_sync(0xFFFFFFFFu, cur[0], off));
-  return cur[0];
+  return block_amax<LPB / N, false>(cur[0]);
 }
 
 // g quantized to fp8 bytes, four per word, given its block's scale as scaled_by_reciprocal takes
