@@ -182,7 +182,7 @@ const Switches& switches() {
       s.row1 = std::clamp(tune_value(spec, "row1", -1), -1, 2);
       s.demote_pct = std::clamp(tune_value(spec, "demote", -1), -1, 1000);
       s.row_vec1 = std::clamp(tune_value(spec, "rowvec1", -1), -1, 1);
-      s.lean_vecs = std::clamp(tune_value(spec, "lean", -1), -1, 1024);
+      s.lean_vecs = std::clamp(tune_value(spec, "lean", -1), -1, 2048);  // over 1024: lean four rows only
       s.full_rows = std::clamp(tune_value(spec, "full", -1), -1, 1);
       s.pair_rows = tune_value(spec, "pair", 1) != 0;
       s.narrow = std::clamp(tune_value(spec, "narrow", -1), -1, 1);
@@ -420,7 +420,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // FP8NORM_TUNE=leanvpt=4: in every grid of many rows whose rows are whole warps of four vectors
   // (at most kLeanVptMaxThreads threads); leanvpt=1 (or 2 / 3): never (4-vector rows by the rule above).
   const int64_t four_threads = svec / kLeanVptFour;  // threads of a row
-  const bool four_fits = no_res_four_warps && sw.row_vec1 != 0 && four_threads <= kLeanVptMaxThreads;
+  const bool four_fits = no_res_four_warps && sw.row_vec1 != 0 && four_threads <= kLeanVptFourMaxThreads;
   const bool lean_four = four_fits && (sw.lean_vpt == kLeanVptFour ||
                                        (sw.lean_vpt == 0 && no_res_warp_rows && four_threads >= 2 * 32 &&
                                         rows > lean_vpt_slots(four_threads)));
@@ -432,7 +432,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   const bool lean_rows = many_rows && aligned && c.shape.cluster == 1 && svec >= kLeanMinVecs &&
                          svec <= lean_max &&
                          (sw.lean_vecs >= 0 || lean_four || ((!l2_resident_pdl || lean_in_l2) && !no_res_warp_rows));
-  c.vpt = svec > 1024 || clustered_long || (many_rows && threads_for(4) < threads_for(1) && !lean_rows) ? 4 : 1;
+  c.vpt = (svec > 1024 && !(lean_rows && lean_four)) || clustered_long || (many_rows && threads_for(4) < threads_for(1) && !lean_rows) ? 4 : 1;
   if (sw.vpt != 0) c.vpt = sw.vpt;
   c.threads_x = static_cast<int>(threads_for(c.vpt));
   if (sw.row_threads > 0) c.threads_x = std::min(sw.row_threads, max_threads_per_cta(c.vpt));

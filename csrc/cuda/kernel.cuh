@@ -887,8 +887,10 @@ __device__ __forceinline__ void store_lean_block_scale(const RowArgs& a, const T
 // per thread; launch_config's rule): 4 elements per thread, a 1x128 block one warp, the same
 // arithmetic per thread as float32's 16-byte vectors.
 template <typename T, typename W, bool HAS_RES, bool HINTED, bool FULL, bool PAIR = false, int VPT = 1, int VB = 16>
-__global__ void __launch_bounds__(VPT > 1 ? kLeanVptMaxThreads : max_threads_per_cta(1),
-                                  VPT > 1 ? kLeanVptMinCtas : FP8NORM_LEAN_MIN_CTAS)
+__global__ void __launch_bounds__(VPT > 1 ? lean_vpt_max_threads(VPT) : max_threads_per_cta(1),
+                                  VPT == kLeanVptFour ? kLeanVptFourMinCtas
+                                  : VPT > 1           ? kLeanVptMinCtas
+                                                      : FP8NORM_LEAN_MIN_CTAS)
     row_vec1_kernel(const RowArgs a, const TileShape s) {
   static_assert(!(PAIR && FULL), "two rows per CTA keep the row predicate (the grid's last row may be past M)");
   static_assert(VPT == 1 || !FULL, "several vectors per thread: lean rows of grids of many rows (not FULL)");
@@ -1098,10 +1100,11 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
       static_assert(ALIGNED && VPT == 1, "kRowVec1: aligned one-vector rows");
       TORCH_CHECK(cfg.lean_vpt == 1 || ((cfg.lean_vpt == kLeanVpt || cfg.lean_vpt == kLeanVptEven ||
                                          cfg.lean_vpt == kLeanVptFour) &&
-                                        !cfg.full_rows && cfg.threads_x * cfg.rows_per_cta <= kLeanVptMaxThreads),
-                  "fp8norm: lean rows of ", kLeanVpt, ", ", kLeanVptEven, " or ", kLeanVptFour,
-                  " vectors per thread in CTAs of at most ", kLeanVptMaxThreads, " threads, got ", cfg.lean_vpt,
-                  " vectors per thread");
+                                        !cfg.full_rows &&
+                                        cfg.threads_x * cfg.rows_per_cta <= lean_vpt_max_threads(cfg.lean_vpt)),
+                  "fp8norm: lean rows of ", kLeanVpt, " or ", kLeanVptEven, " vectors per thread in CTAs of at most ",
+                  kLeanVptMaxThreads, " threads, of ", kLeanVptFour, " in at most ", kLeanVptFourMaxThreads,
+                  "; got ", cfg.lean_vpt, " vectors per thread in ", cfg.threads_x * cfg.rows_per_cta, " threads");
       // Four vectors per thread: rows of whole warps without a residual, one per CTA.
       if constexpr (!HAS_RES) {
         if (cfg.lean_vpt == kLeanVptFour && !cfg.pair_rows && cfg.threads_x % 32 == 0) {

@@ -29,6 +29,12 @@ constexpr int kLeanVptFour = 4;
 constexpr int kLeanVptMaxThreads = 256;
 constexpr int kLeanVptMinCtas = 4;
 constexpr int kLeanVptMaxRegs = kRegsPerSm / (kLeanVptMaxThreads * kLeanVptMinCtas);
+// kLeanVptFour rows may take CTAs of up to kLeanVptFourMaxThreads threads (bf16 H = 16384: 512),
+// at least kLeanVptFourMinCtas per SM: the same kLeanVptMaxRegs registers.
+constexpr int kLeanVptFourMaxThreads = 512;
+constexpr int kLeanVptFourMinCtas = kRegsPerSm / (kLeanVptFourMaxThreads * kLeanVptMaxRegs);
+// The CTA bound of the lean kernel with `vpt` vectors per thread (vpt > 1).
+constexpr int lean_vpt_max_threads(int vpt) { return vpt == kLeanVptFour ? kLeanVptFourMaxThreads : kLeanVptMaxThreads; }
 
 // Narrow vectors: the one-row CTAs of Layout::kRowVec1 may give each thread 8 bytes of its row
 // instead of 16 (LaunchConfig::vec_bytes; 2-byte types: rows of an odd number of half-warps
