@@ -140,7 +140,11 @@ def test_contract_under_launch_switch(switches):
 # with and without normed_out; float32 4099 x 1024; bf16 3001 x 4096 with a float32 weight, in
 # 128; bf16 4096 x 2048, whose column-major scales are whole 128-byte lines) with hinted accesses
 # and the block-scale line policy (hints=1,demote=1: most of them are plain by default, their
-# bytes fitting in L2), the scale-once code's other instantiation (CASES above has no such rows).
+# bytes fitting in L2), the scale-once code's other instantiation (CASES above has no such rows);
+# and rows beyond 512 vectors, by default (v55): bf16 531 x 16384 (512 threads, the bound; 531
+# rows: two waves and three rows of 512-thread CTAs), 1031 x 12288 (384) without normed_out, 1031
+# x 5120 (160, five warps) strided, float16 1031 x 8192 with a float32 weight, float32 1031 x 8192
+# (512) and 531 x 6144 (384) in the other scale layouts.
 LEAN_FOUR_CASES = """
 import torch
 from fp8norm_testing import Case, check_case
@@ -151,10 +155,28 @@ for dtype, m, h, wf, nn in [(torch.bfloat16, 2113, 2048, False, False), (torch.b
 torch.cuda.synchronize()
 print("ok")
 """
+LEAN_FOUR_WIDE_CASES = """
+import torch
+from fp8norm_testing import Case, check_case
+for dtype, m, h, wf, nn, pad, layout in [(torch.bfloat16, 531, 16384, False, False, 0, "tma"),
+                                         (torch.bfloat16, 1031, 12288, False, True, 0, "scaled_mm"),
+                                         (torch.bfloat16, 1031, 5120, True, False, 128, "row_major"),
+                                         (torch.float16, 1031, 8192, True, True, 0, "tma"),
+                                         (torch.float32, 1031, 8192, False, False, 0, "scaled_mm"),
+                                         (torch.float32, 531, 6144, True, True, 128, "row_major")]:
+    check_case(Case("cuda", dtype, m, h, fused=False, weight_fp32=wf, normed_none=nn, ue8m0=nn, pad=pad, layout=layout))
+torch.cuda.synchronize()
+print("ok")
+"""
 
 
 def test_lean_four_hinted():
     run_cases(LEAN_FOUR_CASES, {"FP8NORM_TUNE": "hints=1,demote=1"})
+
+
+@pytest.mark.parametrize("switches", [{}, {"FP8NORM_PDL": "0"}], ids=["pdl", "no_pdl"])
+def test_lean_four_wide_rows(switches):
+    run_cases(LEAN_FOUR_WIDE_CASES, switches)
 
 
 # Which kernel a launch takes, read from the profiler's kernel names (the script's arguments: M,
@@ -254,7 +276,9 @@ def test_lean_rows_two_vectors_without_normed_out(tune, normed, vpt):
 # before v51, 4-vector rows in v51); lean=512 keeps the rule, lean=512,leanvpt=1 takes lean
 # one-vector rows (v50's table) and leanvpt=1 v51's 4-vector rows; leanvpt=4 takes lean four for
 # rows of one warp too. One-vector lean rows in 1.9 waves (512 x 4096) and where 4-vector rows
-# are half-warps (8192 x 1152); the fused op keeps lean one-vector rows at 8192 x 2048.
+# are half-warps (8192 x 1152); the fused op keeps lean one-vector rows at 8192 x 2048. Rows
+# beyond 512 vectors take lean four too (v55: 531 x 16384 in 512 threads, 1031 x 8192), 4-vector
+# rows under lean=N below their length; the fused op 4-vector rows (1031 x 8192).
 @pytest.mark.parametrize("tune,m,h,normed,residual,kernel,vpt", [
     (None, 8192, 1024, True, False, "fused_add_rmsnorm_fp8_block_quant_kernel", "4"),
     (None, 16384, 1024, False, False, "fused_add_rmsnorm_fp8_block_quant_kernel", "4"),
@@ -265,7 +289,11 @@ def test_lean_rows_two_vectors_without_normed_out(tune, normed, vpt):
     ("leanvpt=4", 8192, 1024, True, False, "row_vec1_kernel", "4"),
     ("leanvpt=4", 8192, 1024, False, False, "row_vec1_kernel", "4"),
     (None, 512, 4096, True, False, "row_vec1_kernel", "1"), (None, 8192, 1152, True, False, "row_vec1_kernel", "1"),
-    (None, 8192, 2048, True, True, "row_vec1_kernel", "1")])
+    (None, 8192, 2048, True, True, "row_vec1_kernel", "1"),
+    (None, 531, 16384, True, False, "row_vec1_kernel", "4"), (None, 1031, 8192, False, False, "row_vec1_kernel", "4"),
+    ("lean=1024", 531, 16384, True, False, "fused_add_rmsnorm_fp8_block_quant_kernel", "4"),
+    ("lean=512", 1031, 8192, False, False, "fused_add_rmsnorm_fp8_block_quant_kernel", "4"),
+    (None, 1031, 8192, True, True, "fused_add_rmsnorm_fp8_block_quant_kernel", "4")])
 def test_rows_without_residual_taken(tune, m, h, normed, residual, kernel, vpt):
     args = kernel_template_args(tune, m, h, kernel, normed, residual)
     assert template_bool(args[2]) == ("true" if residual else "false"), args

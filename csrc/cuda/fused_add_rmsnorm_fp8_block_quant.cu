@@ -103,7 +103,9 @@ const DeviceInfo& device_info(int device) {
 //                              Layout::kRowVec1, with PDL in L2 too; 0: none, they take
 //                              4-vector rows; default 512, not with PDL where the
 //                              hinted call's bytes fit in L2, except rows of at most 384
-//                              vectors not a multiple of 64),
+//                              vectors not a multiple of 64; the op without a residual's
+//                              lean four rows up to 2048 vectors; at most 2048, rows over
+//                              1024 only as lean four rows),
 //                              full=0 / 1 (Layout::kRowVec1 rows of whole warps in the kernel
 //                              for rows with idle lanes, with its `valid` predicate / in their
 //                              own FULL kernel, without it, in every launch; default: FULL
@@ -182,7 +184,7 @@ const Switches& switches() {
       s.row1 = std::clamp(tune_value(spec, "row1", -1), -1, 2);
       s.demote_pct = std::clamp(tune_value(spec, "demote", -1), -1, 1000);
       s.row_vec1 = std::clamp(tune_value(spec, "rowvec1", -1), -1, 1);
-      s.lean_vecs = std::clamp(tune_value(spec, "lean", -1), -1, 2048);  // over 1024: lean four rows only
+      s.lean_vecs = std::clamp(tune_value(spec, "lean", -1), -1, 2048);  // over 1024: lean four only
       s.full_rows = std::clamp(tune_value(spec, "full", -1), -1, 1);
       s.pair_rows = tune_value(spec, "pair", 1) != 0;
       s.narrow = std::clamp(tune_value(spec, "narrow", -1), -1, 1);
@@ -417,22 +419,38 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // CTAs, at most 32 per SM, half the threads): bf16 8192 x 1024 +1.0% (+3.2% without normed_out),
   // float32 8192 x 512 +27% (+37%). Nor one wave of 64-thread CTAs (2048 rows, 2112 slots): bf16
   // 2048 x 2048 +0.4% (-5.0% without normed_out), float32 2048 x 1024 +5.9% (-2.7%).
+  // Longer rows too, up to kLeanVptFourMaxThreads threads (bf16 H 4608..16384 in multiples of 512,
+  // float32 2304..8192 in 256: beyond kLeanMaxVecs, in CTAs of up to 512 threads, two per SM at
+  // the same 64 registers). Same binary, two passes (v55), with PDL, µs, 4-vector rows -> lean four:
+  // bf16 2048 x 7168 22.72 -> 20.19, 16384 x 7168 162.9 -> 153.8, 8192 x 8192 93.6 -> 89.4, 32768 x
+  // 8192 357.8 -> 344.3, 8192 x 12288 144.0 -> 132.6, 2048 x 16384 50.15 -> 48.72, 16384 x 16384
+  // 352.6 -> 347.2 (1.5-11% faster), float16 16384 x 8192 / 16384 3% / level; without normed_out
+  // 12-21% faster (bf16 16384 x 8192 157.3 -> 125.5, 16384 x 16384 322.3 -> 277.2, float32 16384 x
+  // 8192 235.3 -> 185.6). Float32 with normed_out level (8192 x 4096 -1.1 / -2.7%, 16384 x 4096 +1.0
+  // / -0.3%, 16384 x 8192 +1.4 / +0.5%: at 95% of its copy). Rows over 512 threads (bf16 H 16896
+  // and up) keep 4-vector rows (launch bounds of 64 registers at 1024 threads: too few).
   // FP8NORM_TUNE=leanvpt=4: in every grid of many rows whose rows are whole warps of four vectors
-  // (at most kLeanVptMaxThreads threads); leanvpt=1 (or 2 / 3): never (4-vector rows by the rule above).
+  // (at most kLeanVptFourMaxThreads threads); leanvpt=1 (or 2 / 3): never (4-vector rows by the rule
+  // above).
   const int64_t four_threads = svec / kLeanVptFour;  // threads of a row
   const bool four_fits = no_res_four_warps && sw.row_vec1 != 0 && four_threads <= kLeanVptFourMaxThreads;
   const bool lean_four = four_fits && (sw.lean_vpt == kLeanVptFour ||
                                        (sw.lean_vpt == 0 && no_res_warp_rows && four_threads >= 2 * 32 &&
                                         rows > lean_vpt_slots(four_threads)));
   // FP8NORM_TUNE=lean=N: rows of 128..N vectors, with PDL in L2 and without a residual in every
-  // case (0: none); vpt=4: the 4-vector rows.
-  const int64_t lean_max = sw.lean_vecs >= 0 ? sw.lean_vecs : kLeanMaxVecs;
+  // case (0: none); vpt=4: the 4-vector rows. Default: kLeanMaxVecs, or lean four's rows (at most
+  // kLeanVptFour * kLeanVptFourMaxThreads vectors).
+  const int64_t lean_max = sw.lean_vecs >= 0 ? sw.lean_vecs : lean_four ? svec : kLeanMaxVecs;
   const bool l2_resident_pdl = dev.major >= 9 && sw.pdl && c.hinted && footprint <= dev.l2_bytes;
   const bool lean_in_l2 = svec % (4 * 16) != 0 && svec <= kLeanL2MaxVecs;
   const bool lean_rows = many_rows && aligned && c.shape.cluster == 1 && svec >= kLeanMinVecs &&
                          svec <= lean_max &&
                          (sw.lean_vecs >= 0 || lean_four || ((!l2_resident_pdl || lean_in_l2) && !no_res_warp_rows));
-  c.vpt = (svec > 1024 && !(lean_rows && lean_four)) || clustered_long || (many_rows && threads_for(4) < threads_for(1) && !lean_rows) ? 4 : 1;
+  // Lean four rows may be longer than one-vector rows' 1024 threads.
+  c.vpt = (svec > 1024 && !(lean_rows && lean_four)) || clustered_long ||
+                  (many_rows && threads_for(4) < threads_for(1) && !lean_rows)
+              ? 4
+              : 1;
   if (sw.vpt != 0) c.vpt = sw.vpt;
   c.threads_x = static_cast<int>(threads_for(c.vpt));
   if (sw.row_threads > 0) c.threads_x = std::min(sw.row_threads, max_threads_per_cta(c.vpt));

@@ -5,7 +5,8 @@ Grid: odd H (128, 1152, 5120), long rows (32768, 65536), M in {1, 3, 5, 1024} (a
 long rows: a row split over a cluster beyond the decode sizes), strided (and unaligned) rows,
 every block_scale layout, normed_out=None, scale_ue8m0, both ops, bf16 and float32, one
 wave of rows that nearly fills the GPU (2041 x 2048, bf16), the op without a residual in 4-vector
-rows of one warp (2113 x 1024, bf16) and in lean rows of four vectors per thread (2113 x 2048),
+rows of one warp (2113 x 1024, bf16) and in lean rows of four vectors per thread (2113 x 2048;
+531 x 16384, 512 threads),
 and lean rows two per CTA with the last CTA's second row past M (2047 x 1152, bf16). With the
 default table every slice fits in shared memory; the path that re-reads a multi-tile slice from
 global memory runs under sanitize.sh's memcheck setting FP8NORM_TUNE=threads=64,stash=0.
@@ -53,6 +54,9 @@ def cases(device="cuda"):
     # ... and in rows of 256 vectors (two warps of four vectors per thread): lean one-row CTAs of
     # four vectors per thread, without normed_out (v52).
     yield Case(device, torch.bfloat16, 2113, 2048, fused=False, normed_none=True, layout="row_major")
+    # ... and in rows of 2048 vectors (512 threads of four, two CTAs per SM: the lean four bound,
+    # v55), two waves and three rows.
+    yield Case(device, torch.bfloat16, 531, 16384, fused=False, layout="scaled_mm")
     # Lean rows of 144 vectors (an odd number of half-warps), two per CTA, an odd M: the last
     # CTA's second row past M (with sanitize.sh's hints=1,demote=1,lean=512: the block-scale line
     # policy; with rowvec1=1,prefetch=1 the L2 prefetch of rows ahead).
