@@ -427,8 +427,12 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // 352.6 -> 347.2 (1.5-11% faster), float16 16384 x 8192 / 16384 3% / level; without normed_out
   // 12-21% faster (bf16 16384 x 8192 157.3 -> 125.5, 16384 x 16384 322.3 -> 277.2, float32 16384 x
   // 8192 235.3 -> 185.6). Float32 with normed_out level (8192 x 4096 -1.1 / -2.7%, 16384 x 4096 +1.0
-  // / -0.3%, 16384 x 8192 +1.4 / +0.5%: at 95% of its copy). Rows over 512 threads (bf16 H 16896
-  // and up) keep 4-vector rows (launch bounds of 64 registers at 1024 threads: too few).
+  // / -0.3%, 16384 x 8192 +1.4 / +0.5%: at 95% of its copy). And where the rule starts (about two
+  // waves of these CTAs), five and six warps: bf16 512 x 16384 12.28 -> 12.11, 1024 x 8192 11.84 ->
+  // 10.58, 600 x 8192 8.02 -> 7.20, 1024 x 5120 8.41 -> 7.21, 2048 x 5120 16.18 -> 14.33, 16384 x
+  // 6144 144.7 -> 131.1, float32 1024 x 4096 9.27 -> 8.49, 8192 x 2560 51.3 -> 49.9 (1.4-15%;
+  // without normed_out 9-27%). Rows over 512 threads (bf16 H 16896 and up) keep 4-vector rows
+  // (launch bounds of 64 registers at 1024 threads: too few).
   // FP8NORM_TUNE=leanvpt=4: in every grid of many rows whose rows are whole warps of four vectors
   // (at most kLeanVptFourMaxThreads threads); leanvpt=1 (or 2 / 3): never (4-vector rows by the rule
   // above).

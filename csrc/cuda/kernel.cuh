@@ -879,8 +879,8 @@ __device__ __forceinline__ void store_lean_block_scale(const RowArgs& a, const T
 // rows where launch_config's rules take them: 3 for an odd number of 1x128 blocks (bf16 H = 1152
 // in 48-thread rows, two per CTA), 2 for 2-byte rows of whole warps without normed_out (bf16 H =
 // 2048 in 128), 4 for rows of two warps or more of the op without a residual (bf16 H = 4096 in
-// 128; FP8NORM_TUNE=leanvpt=4: rows of one warp too). Each thread's sum of squares adds its
-// vectors' sums in order.
+// 128, up to H = 16384 in 512: kLeanVptFourMaxThreads; FP8NORM_TUNE=leanvpt=4: rows of one warp
+// too). Each thread's sum of squares adds its vectors' sums in order.
 // VB (16 or kNarrowVecBytes = 8): the bytes of a thread's vector of the row. 8 for the one-row
 // CTAs of 2-byte rows of an odd number of half-warps (bf16 H = 1152: 144 16-byte vectors, 160
 // threads with 16 idle lanes, or 288 threads of 8-byte vectors, 9 whole warps; FULL, one vector

@@ -21,16 +21,15 @@ constexpr int kRegsPerSm = 65536;
 // The lean kernel with several vectors per thread (LaunchConfig::lean_vpt > 1): kLeanVpt of
 // them (rows of an odd number of blocks), kLeanVptEven (2-byte rows of whole warps) or
 // kLeanVptFour (rows of two warps or more of the op without a residual), in CTAs of at most
-// kLeanVptMaxThreads threads, at least kLeanVptMinCtas per SM (so at most kLeanVptMaxRegs
-// registers).
+// kLeanVptMaxThreads threads (kLeanVptFourMaxThreads for kLeanVptFour), at least kLeanVptMinCtas
+// per SM (kLeanVptFourMinCtas), so at most kLeanVptMaxRegs registers either way.
 constexpr int kLeanVpt = 3;
 constexpr int kLeanVptEven = 2;
 constexpr int kLeanVptFour = 4;
 constexpr int kLeanVptMaxThreads = 256;
 constexpr int kLeanVptMinCtas = 4;
 constexpr int kLeanVptMaxRegs = kRegsPerSm / (kLeanVptMaxThreads * kLeanVptMinCtas);
-// kLeanVptFour rows may take CTAs of up to kLeanVptFourMaxThreads threads (bf16 H = 16384: 512),
-// at least kLeanVptFourMinCtas per SM: the same kLeanVptMaxRegs registers.
+// (bf16 H = 16384 in 512 threads; benchmarks/NOTES.md, v55.)
 constexpr int kLeanVptFourMaxThreads = 512;
 constexpr int kLeanVptFourMinCtas = kRegsPerSm / (kLeanVptFourMaxThreads * kLeanVptMaxRegs);
 // The CTA bound of the lean kernel with `vpt` vectors per thread (vpt > 1).
