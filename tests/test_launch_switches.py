@@ -140,11 +140,7 @@ def test_contract_under_launch_switch(switches):
 # with and without normed_out; float32 4099 x 1024; bf16 3001 x 4096 with a float32 weight, in
 # 128; bf16 4096 x 2048, whose column-major scales are whole 128-byte lines) with hinted accesses
 # and the block-scale line policy (hints=1,demote=1: most of them are plain by default, their
-# bytes fitting in L2), the scale-once code's other instantiation (CASES above has no such rows);
-# and rows beyond 512 vectors, by default (v55): bf16 531 x 16384 (512 threads, the bound; 531
-# rows: two waves and three rows of 512-thread CTAs), 1031 x 12288 (384) without normed_out, 1031
-# x 5120 (160, five warps) strided, float16 1031 x 8192 with a float32 weight, float32 1031 x 8192
-# (512) and 531 x 6144 (384) in the other scale layouts.
+# bytes fitting in L2), the scale-once code's other instantiation (CASES above has no such rows).
 LEAN_FOUR_CASES = """
 import torch
 from fp8norm_testing import Case, check_case
@@ -155,6 +151,10 @@ for dtype, m, h, wf, nn in [(torch.bfloat16, 2113, 2048, False, False), (torch.b
 torch.cuda.synchronize()
 print("ok")
 """
+# Lean four rows beyond 512 vectors, by default (v55), with and without PDL: bf16 531 x 16384 (512
+# threads, the bound; 531 rows: two waves and three rows of 512-thread CTAs), 1031 x 12288 (384)
+# without normed_out, 1031 x 5120 (160, five warps) strided, float16 1031 x 8192 with a float32
+# weight, float32 1031 x 8192 (512) and 531 x 6144 (384) in the other scale layouts.
 LEAN_FOUR_WIDE_CASES = """
 import torch
 from fp8norm_testing import Case, check_case

@@ -184,7 +184,8 @@ const Switches& switches() {
       s.row1 = std::clamp(tune_value(spec, "row1", -1), -1, 2);
       s.demote_pct = std::clamp(tune_value(spec, "demote", -1), -1, 1000);
       s.row_vec1 = std::clamp(tune_value(spec, "rowvec1", -1), -1, 1);
-      s.lean_vecs = std::clamp(tune_value(spec, "lean", -1), -1, 2048);  // over 1024: lean four only
+      // Over 1024 vectors: lean four rows only.
+      s.lean_vecs = std::clamp(tune_value(spec, "lean", -1), -1, kLeanVptFour * kLeanVptFourMaxThreads);
       s.full_rows = std::clamp(tune_value(spec, "full", -1), -1, 1);
       s.pair_rows = tune_value(spec, "pair", 1) != 0;
       s.narrow = std::clamp(tune_value(spec, "narrow", -1), -1, 1);

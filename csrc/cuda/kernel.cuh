@@ -888,9 +888,7 @@ __device__ __forceinline__ void store_lean_block_scale(const RowArgs& a, const T
 // arithmetic per thread as float32's 16-byte vectors.
 template <typename T, typename W, bool HAS_RES, bool HINTED, bool FULL, bool PAIR = false, int VPT = 1, int VB = 16>
 __global__ void __launch_bounds__(VPT > 1 ? lean_vpt_max_threads(VPT) : max_threads_per_cta(1),
-                                  VPT == kLeanVptFour ? kLeanVptFourMinCtas
-                                  : VPT > 1           ? kLeanVptMinCtas
-                                                      : FP8NORM_LEAN_MIN_CTAS)
+                                  VPT > 1 ? lean_vpt_min_ctas(VPT) : FP8NORM_LEAN_MIN_CTAS)
     row_vec1_kernel(const RowArgs a, const TileShape s) {
   static_assert(!(PAIR && FULL), "two rows per CTA keep the row predicate (the grid's last row may be past M)");
   static_assert(VPT == 1 || !FULL, "several vectors per thread: lean rows of grids of many rows (not FULL)");

@@ -21,19 +21,21 @@ constexpr int kRegsPerSm = 65536;
 // The lean kernel with several vectors per thread (LaunchConfig::lean_vpt > 1): kLeanVpt of
 // them (rows of an odd number of blocks), kLeanVptEven (2-byte rows of whole warps) or
 // kLeanVptFour (rows of two warps or more of the op without a residual), in CTAs of at most
-// kLeanVptMaxThreads threads (kLeanVptFourMaxThreads for kLeanVptFour), at least kLeanVptMinCtas
-// per SM (kLeanVptFourMinCtas), so at most kLeanVptMaxRegs registers either way.
+// kLeanVptMaxThreads threads (kLeanVptFourMaxThreads for kLeanVptFour: bf16 H = 16384 in 512,
+// benchmarks/NOTES.md v55), at least kLeanVptMinCtas per SM (two for 512 threads), so at most
+// kLeanVptMaxRegs registers either way: lean_vpt_max_threads / lean_vpt_min_ctas.
 constexpr int kLeanVpt = 3;
 constexpr int kLeanVptEven = 2;
 constexpr int kLeanVptFour = 4;
 constexpr int kLeanVptMaxThreads = 256;
 constexpr int kLeanVptMinCtas = 4;
 constexpr int kLeanVptMaxRegs = kRegsPerSm / (kLeanVptMaxThreads * kLeanVptMinCtas);
-// (bf16 H = 16384 in 512 threads; benchmarks/NOTES.md, v55.)
 constexpr int kLeanVptFourMaxThreads = 512;
-constexpr int kLeanVptFourMinCtas = kRegsPerSm / (kLeanVptFourMaxThreads * kLeanVptMaxRegs);
-// The CTA bound of the lean kernel with `vpt` vectors per thread (vpt > 1).
+// The launch bounds of the lean kernel with `vpt` vectors per thread (vpt > 1): the most threads
+// a CTA, and the fewest CTAs per SM, at kLeanVptMaxRegs registers.
 constexpr int lean_vpt_max_threads(int vpt) { return vpt == kLeanVptFour ? kLeanVptFourMaxThreads : kLeanVptMaxThreads; }
+constexpr int lean_vpt_min_ctas(int vpt) { return kRegsPerSm / (lean_vpt_max_threads(vpt) * kLeanVptMaxRegs); }
+static_assert(lean_vpt_min_ctas(kLeanVpt) == kLeanVptMinCtas, "one register bound for every lean vpt");
 
 // Narrow vectors: the one-row CTAs of Layout::kRowVec1 may give each thread 8 bytes of its row
 // instead of 16 (LaunchConfig::vec_bytes; 2-byte types: rows of an odd number of half-warps
