@@ -143,7 +143,7 @@ def bench_shape(m, h, dtype, device, args, compiled_ref):
     residual = not args.no_residual
     x = torch.randn(m, h, generator=gen).to(dtype).to(device)
     r = torch.randn(m, h, generator=gen).to(dtype).to(device) if residual else None
-    w = (torch.randn(h, generator=gen) * 0.5 + 1).to(dtype).to(device)
+    w = (torch.randn(h, generator=gen) * 0.5 + 1).to(torch.float32 if args.weight_fp32 else dtype).to(device)
     out = torch.empty(m, h, dtype=torch.float8_e4m3fn, device=device)
     scale = column_major_scales(m, h, device)
     normed = torch.empty(m, h, dtype=dtype, device=device)
@@ -201,6 +201,9 @@ def main(argv=None):
     p.add_argument("--no-residual", action="store_true",
                    help="time rmsnorm_fp8_block_quant (no residual: 5 bytes per bf16 element, 3 "
                         "without normed_out) instead of fused_add_rmsnorm_fp8_block_quant")
+    p.add_argument("--weight-fp32", action="store_true",
+                   help="a float32 weight (the ops take the input's dtype or float32; the byte count "
+                        "keeps the input's: the weight is read once)")
     args = p.parse_args(argv)
     if args.from_json:
         with open(args.from_json) as f:
@@ -259,7 +262,7 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(device=args.device, name=name, torch=torch.__version__, dtype=args.dtype,
-                           op=op_name, records=records), f, indent=1)
+                           op=op_name, weight_fp32=args.weight_fp32, records=records), f, indent=1)
     return records
 
 

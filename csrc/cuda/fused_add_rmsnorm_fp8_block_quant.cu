@@ -143,6 +143,8 @@ struct Switches {
   bool pair_rows = true;   // two lean rows per CTA where a row is an odd number of half-warps
   int narrow = -1;         // one-row CTAs of 2-byte rows of an odd number of half-warps in 8-byte
                            // vectors: -1 by the table's rule, 0 never, 1 wherever they fit
+  int four_res = -1;       // lean four rows in the fused op: -1 by the table's rule, 0 never, 1 by
+                           // the rule of the op without a residual (rows of 64..512 threads)
   int lean_vpt = 0;        // lean rows of several vectors per thread: 0 by the table's rules,
                            // 1 never, kLeanVpt / kLeanVptEven that count in every lean grid it
                            // fits and the other never (benchmarks/NOTES.md, v40-41, v47);
@@ -189,6 +191,7 @@ const Switches& switches() {
       s.full_rows = std::clamp(tune_value(spec, "full", -1), -1, 1);
       s.pair_rows = tune_value(spec, "pair", 1) != 0;
       s.narrow = std::clamp(tune_value(spec, "narrow", -1), -1, 1);
+      s.four_res = std::clamp(tune_value(spec, "fourres", -1), -1, 1);
       s.lean_vpt = tune_value(spec, "leanvpt", s.lean_vpt);
       if (s.lean_vpt != 0 && s.lean_vpt != kLeanVpt && s.lean_vpt != kLeanVptEven && s.lean_vpt != kLeanVptFour)
         s.lean_vpt = 1;
@@ -291,6 +294,10 @@ constexpr int64_t kHugeStreamBytes = int64_t{1} << 30;  // tile prefetch: see be
 constexpr int64_t kRow1MaxRowsPerSm = 3;                 // kWarpRowsCta (4-vector rows): see below
 constexpr int64_t kLeanMinVecs = 128;                    // lean one-vector rows: see below
 constexpr int64_t kLeanMaxVecs = 512;
+constexpr int64_t kLeanFourMinThreads = 2 * 32;          // lean four rows: see below
+constexpr int64_t kLeanFourNormedMaxThreads = 512;
+constexpr int64_t kLeanFourResMinThreads = 128;
+constexpr int64_t kLeanFourResMaxThreads = 256;
 constexpr int64_t kLeanL2MaxVecs = 384;                  // lean rows in L2 with PDL: see below
 constexpr int64_t kLeanPairMaxThreads = 512;             // two lean rows per CTA: see below
 constexpr int64_t kLeanVptNoNormedMaxL2s = 2;            // three vectors per thread: see below
@@ -438,13 +445,21 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // (at most kLeanVptFourMaxThreads threads); leanvpt=1 (or 2 / 3): never (4-vector rows by the rule
   // above).
   const int64_t four_threads = svec / kLeanVptFour;  // threads of a row
-  const bool four_fits = no_res_four_warps && sw.row_vec1 != 0 && four_threads <= kLeanVptFourMaxThreads;
+  const bool four_fits = svec % (4 * 32) == 0 && sw.row_vec1 != 0 && four_threads <= kLeanVptFourMaxThreads;
+  // The table's band of a lean four row's threads (fourres=0: none in the fused op; fourres=1: the
+  // fused op's rows by the band of the op without a residual with normed_out).
+  const bool res_band = has_residual && sw.four_res < 1;
+  const int64_t four_min = res_band ? kLeanFourResMinThreads : kLeanFourMinThreads;
+  const int64_t four_max = has_residual ? (sw.four_res == 0   ? 0
+                                           : sw.four_res == 1 ? kLeanFourNormedMaxThreads
+                                                              : kLeanFourResMaxThreads)
+                           : writes_normed ? kLeanFourNormedMaxThreads
+                                           : kLeanVptFourMaxThreads;
   const bool lean_four = four_fits && (sw.lean_vpt == kLeanVptFour ||
-                                       (sw.lean_vpt == 0 && no_res_warp_rows && four_threads >= 2 * 32 &&
-                                        rows > lean_vpt_slots(four_threads)));
+                                       (sw.lean_vpt == 0 && rows > 2 * wave_vpt1 && four_threads >= four_min &&
+                                        four_threads <= four_max && rows > lean_vpt_slots(four_threads)));
   // FP8NORM_TUNE=lean=N: rows of 128..N vectors, with PDL in L2 and without a residual in every
-  // case (0: none); vpt=4: the 4-vector rows. Default: kLeanMaxVecs, or lean four's rows (at most
-  // kLeanVptFour * kLeanVptFourMaxThreads vectors).
+  // case (0: none); vpt=4: the 4-vector rows. Default: kLeanMaxVecs, or lean four's rows.
   const int64_t lean_max = sw.lean_vecs >= 0 ? sw.lean_vecs : lean_four ? svec : kLeanMaxVecs;
   const bool l2_resident_pdl = dev.major >= 9 && sw.pdl && c.hinted && footprint <= dev.l2_bytes;
   const bool lean_in_l2 = svec % (4 * 16) != 0 && svec <= kLeanL2MaxVecs;

@@ -1103,14 +1103,12 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
                   "fp8norm: lean rows of ", kLeanVpt, " or ", kLeanVptEven, " vectors per thread in CTAs of at most ",
                   kLeanVptMaxThreads, " threads, of ", kLeanVptFour, " in at most ", kLeanVptFourMaxThreads,
                   "; got ", cfg.lean_vpt, " vectors per thread in ", cfg.threads_x * cfg.rows_per_cta, " threads");
-      // Four vectors per thread: rows of whole warps without a residual, one per CTA.
-      if constexpr (!HAS_RES) {
-        if (cfg.lean_vpt == kLeanVptFour && !cfg.pair_rows && cfg.threads_x % 32 == 0) {
-          return row_vec1_kernel<T, W, false, HINTED, false, false, kLeanVptFour>;
-        }
+      // Four vectors per thread: rows of whole warps, one per CTA.
+      if (cfg.lean_vpt == kLeanVptFour && !cfg.pair_rows && cfg.threads_x % 32 == 0) {
+        return row_vec1_kernel<T, W, HAS_RES, HINTED, false, false, kLeanVptFour>;
       }
       TORCH_CHECK(cfg.lean_vpt != kLeanVptFour, "fp8norm: lean rows of ", kLeanVptFour,
-                  " vectors per thread are rows of whole warps without a residual, one per CTA");
+                  " vectors per thread are rows of whole warps, one per CTA");
       // Narrow vectors: FULL one-vector rows, one per CTA (before the branches below, which do
       // not read vec_bytes).
       if (cfg.vec_bytes != 16) {

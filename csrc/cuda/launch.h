@@ -20,9 +20,9 @@ constexpr int kRegsPerSm = 65536;
 
 // The lean kernel with several vectors per thread (LaunchConfig::lean_vpt > 1): kLeanVpt of
 // them (rows of an odd number of blocks), kLeanVptEven (2-byte rows of whole warps) or
-// kLeanVptFour (rows of two warps or more of the op without a residual), in CTAs of at most
-// kLeanVptMaxThreads threads (kLeanVptFourMaxThreads for kLeanVptFour: bf16 H = 16384 in 512,
-// benchmarks/NOTES.md v55), at least kLeanVptMinCtas per SM (two for 512 threads), so at most
+// kLeanVptFour (rows of whole warps of four vectors), in CTAs of at most kLeanVptMaxThreads
+// threads (kLeanVptFourMaxThreads for kLeanVptFour: bf16 H = 32768 in 1024, benchmarks/NOTES.md
+// v55-v56), at least kLeanVptMinCtas per SM (one for 1024 threads), so at most
 // kLeanVptMaxRegs registers either way: lean_vpt_max_threads / lean_vpt_min_ctas.
 constexpr int kLeanVpt = 3;
 constexpr int kLeanVptEven = 2;
@@ -30,7 +30,7 @@ constexpr int kLeanVptFour = 4;
 constexpr int kLeanVptMaxThreads = 256;
 constexpr int kLeanVptMinCtas = 4;
 constexpr int kLeanVptMaxRegs = kRegsPerSm / (kLeanVptMaxThreads * kLeanVptMinCtas);
-constexpr int kLeanVptFourMaxThreads = 512;
+constexpr int kLeanVptFourMaxThreads = 1024;
 // The launch bounds of the lean kernel with `vpt` vectors per thread (vpt > 1): the most threads
 // a CTA, and the fewest CTAs per SM, at kLeanVptMaxRegs registers.
 constexpr int lean_vpt_max_threads(int vpt) { return vpt == kLeanVptFour ? kLeanVptFourMaxThreads : kLeanVptMaxThreads; }
