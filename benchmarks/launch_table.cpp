@@ -17,6 +17,15 @@ namespace cuda {
 // The kernels' launcher (kernel_<dtype>.cu) is not built here: launch_config alone is printed.
 template <typename T>
 void launch(const RowArgs&, const LaunchConfig&, bool, cudaStream_t) {}
+// launch_config with the weight's dtype where it takes it (v56 on), for REV's csrc too.
+template <typename... A>
+LaunchConfig launch_config_for(bool weight_fp32, const A&... a) {
+  if constexpr (requires { launch_config(a..., weight_fp32); }) {
+    return launch_config(a..., weight_fp32);
+  } else {
+    return launch_config(a...);
+  }
+}
 }  // namespace cuda
 }  // namespace fp8norm
 
@@ -54,13 +63,16 @@ int main() {
   // RESIDUAL=0 (environment): the launches of rmsnorm_fp8_block_quant (no residual) instead.
   const char* residual_env = std::getenv("RESIDUAL");
   const bool residual = residual_env == nullptr || std::string(residual_env) != "0";
+  // WEIGHT_FP32=1 (environment): a float32 weight (default: the input's dtype).
+  const char* weight_env = std::getenv("WEIGHT_FP32");
+  const bool weight_fp32 = weight_env != nullptr && std::string(weight_env) == "1";
   for (int pdl = 1; pdl >= 0; --pdl) {
     for (int es : {2, 4}) {
       for (int normed = 1; normed >= 0; --normed) {
         for (const auto& [m, h] : shapes) {
           Switches sw = switches();  // FP8NORM_TUNE from the environment, as in the op
           sw.pdl = pdl == 1;
-          const LaunchConfig c = launch_config(m, h, es, residual, normed == 1, true, dev, sw);
+          const LaunchConfig c = launch_config_for(weight_fp32, m, h, es, residual, normed == 1, true, dev, sw);
           std::printf("pdl=%d bytes=%d res=%d normed=%d %5lld x %-5lld %-14s vpt=%d lean_vpt=%d threads=%d rows=%d "
                       "tiles=%d cluster=%d hinted=%d full=%d pair=%d vec=%d\n",
                       pdl, es, int{residual}, normed, static_cast<long long>(m), static_cast<long long>(h),

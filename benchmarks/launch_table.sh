@@ -7,7 +7,8 @@
 #   bash benchmarks/launch_table.sh HEAD~1 > old.txt && bash benchmarks/launch_table.sh > new.txt
 #   diff old.txt new.txt
 # SHAPES=MxH,... (environment): those shapes instead of the grid. RESIDUAL=0 (environment): the
-# launches of rmsnorm_fp8_block_quant (no residual) instead of the fused op's. FP8NORM_TUNE (environment) is
+# launches of rmsnorm_fp8_block_quant (no residual) instead of the fused op's. WEIGHT_FP32=1
+# (environment): a float32 weight (default: the input's dtype). FP8NORM_TUNE (environment) is
 # read as the op reads it, to see what a switch changes; FP8NORM_PDL is not: both settings print.
 # REV (optional): the git revision whose csrc to read (launch_table.cpp is always the working
 # tree's); default: the working tree. Needs python3 with torch, g++ and nvcc (for CUDA's headers).

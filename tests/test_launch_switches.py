@@ -180,8 +180,8 @@ def test_lean_four_wide_rows(switches):
 
 
 # Which kernel a launch takes, read from the profiler's kernel names (the script's arguments: M,
-# H, 1 to write normed_out or 0 not to, and 1 for the fused op or 0 for the op without a
-# residual; bf16).
+# H, 1 to write normed_out or 0 not to, 1 for the fused op or 0 for the op without a residual,
+# and 1 for a float32 weight or 0 for bf16; bf16 input).
 KERNEL_NAMES = """
 import sys
 import torch
@@ -191,7 +191,7 @@ from torch_fp8norm.ops import block_scale_layout_strides
 m, h = int(sys.argv[1]), int(sys.argv[2])
 x = torch.randn(m, h, device="cuda", dtype=torch.bfloat16)
 r = torch.randn_like(x)
-w = torch.randn(h, device="cuda", dtype=torch.bfloat16)
+w = torch.randn(h, device="cuda", dtype=torch.float32 if sys.argv[5] == "1" else torch.bfloat16)
 out = torch.empty(m, h, device="cuda", dtype=torch.float8_e4m3fn)
 scale = torch.empty_strided((m, h // 128), block_scale_layout_strides(m), device="cuda", dtype=torch.float32)
 normed = torch.empty_like(x) if sys.argv[3] == "1" else None
@@ -209,16 +209,17 @@ print("\\n".join(sorted({e.name for e in prof.events() if "fp8norm" in e.name}))
 """
 
 
-def kernel_template_args(tune, m, h, kernel, normed=True, residual=True):
+def kernel_template_args(tune, m, h, kernel, normed=True, residual=True, weight_fp32=False):
     """The template arguments of the one `kernel` launch of the op on bf16 m x h, with PDL, under
     FP8NORM_TUNE=tune (None: the table), writing normed_out or (normed=False) not; the fused op,
-    or (residual=False) the op without a residual."""
+    or (residual=False) the op without a residual; a bf16 weight, or (weight_fp32) a float32 one."""
     env = dict(os.environ)
     env.pop("FP8NORM_TUNE", None)
     env.pop("FP8NORM_PDL", None)
     if tune is not None:
         env["FP8NORM_TUNE"] = tune
-    proc = subprocess.run([sys.executable, "-c", KERNEL_NAMES, str(m), str(h), str(int(normed)), str(int(residual))], env=env,
+    proc = subprocess.run([sys.executable, "-c", KERNEL_NAMES, str(m), str(h), str(int(normed)), str(int(residual)),
+                           str(int(weight_fp32))], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     names = [n for n in proc.stdout.splitlines() if kernel + "<" in n]
@@ -267,6 +268,56 @@ def test_lean_rows_two_vectors_without_normed_out(tune, normed, vpt):
     args = kernel_template_args(tune, 2048, 2048, "row_vec1_kernel", normed)
     assert (template_bool(args[5]), template_int(args[6])) == ("false", vpt), args
 
+# Lean four rows of 513..1024 threads (the op without a residual, without normed_out, by default, v56;
+# with normed_out under leanvpt=4): bf16 531 x 32768 (1024 threads, one CTA per SM), 1031 x 24576
+# (768) strided, float32 300 x 16384 (1024) with a float32 weight, float16 300 x 32768 with
+# normed_out.
+LEAN_FOUR_1024_CASES = """
+import torch
+from fp8norm_testing import Case, check_case
+for dtype, m, h, wf, nn, pad, layout in [(torch.bfloat16, 531, 32768, False, True, 0, "tma"),
+                                         (torch.bfloat16, 1031, 24576, False, True, 128, "row_major"),
+                                         (torch.float32, 300, 16384, True, True, 0, "scaled_mm"),
+                                         (torch.float16, 300, 32768, False, False, 0, "tma")]:
+    check_case(Case("cuda", dtype, m, h, fused=False, weight_fp32=wf, normed_none=nn, ue8m0=nn, pad=pad, layout=layout))
+torch.cuda.synchronize()
+print("ok")
+"""
+# The fused op in lean four rows (v56: rows of 128..256 threads in grids of at most 2048 rows, with a
+# weight of the input's dtype): bf16 2047 x 4096 (128 threads, odd M), 1031 x 8192 (256) without
+# normed_out, float16 2048 x 5120 (160) strided, float32 2047 x 2048 (128) and 1031 x 4096 (256)
+# without normed_out; bf16 1031 x 8192 with a float32 weight takes 4-vector rows. Under leanvpt=4
+# (every fused grid of many rows of whole warps of four vectors), also 531 x 16384 (512 threads)
+# and 300 x 32768 (1024), and float16 2048 x 5120 with a float32 weight (still 4-vector rows).
+LEAN_FOUR_FUSED_CASES = """
+import os
+import torch
+from fp8norm_testing import Case, check_case
+cases = [(torch.bfloat16, 2047, 4096, False, False, 0, "tma"), (torch.bfloat16, 1031, 8192, False, True, 0, "scaled_mm"),
+         (torch.float16, 2048, 5120, False, False, 128, "row_major"), (torch.float32, 2047, 2048, False, False, 0, "tma"),
+         (torch.float32, 1031, 4096, False, True, 128, "scaled_mm"), (torch.bfloat16, 1031, 8192, True, False, 0, "tma")]
+if "leanvpt=4" in os.environ.get("FP8NORM_TUNE", ""):
+    cases += [(torch.bfloat16, 531, 16384, False, True, 0, "tma"), (torch.bfloat16, 300, 32768, False, False, 128, "row_major"),
+              (torch.float16, 2048, 5120, True, True, 0, "scaled_mm")]
+for dtype, m, h, wf, nn, pad, layout in cases:
+    check_case(Case("cuda", dtype, m, h, fused=True, weight_fp32=wf, normed_none=nn, ue8m0=nn, pad=pad, layout=layout))
+torch.cuda.synchronize()
+print("ok")
+"""
+
+
+# The table with PDL; leanvpt=4 (the float16 case with normed_out in lean four too) without PDL.
+@pytest.mark.parametrize("switches", [{}, {"FP8NORM_PDL": "0", "FP8NORM_TUNE": "leanvpt=4"}], ids=["pdl", "leanvpt4_no_pdl"])
+def test_lean_four_1024_rows(switches):
+    run_cases(LEAN_FOUR_1024_CASES, switches)
+
+
+@pytest.mark.parametrize("switches", [{}, {"FP8NORM_PDL": "0"}, {"FP8NORM_TUNE": "leanvpt=4"}],
+                         ids=["pdl", "no_pdl", "leanvpt4"])
+def test_lean_four_fused_rows(switches):
+    run_cases(LEAN_FOUR_FUSED_CASES, switches)
+
+
 
 # The op without a residual, in grids of more than two waves of lean rows of a multiple of 128
 # vectors, takes 4-vector rows (fused_add_rmsnorm_fp8_block_quant_kernel, VPT its fifth template
@@ -278,7 +329,8 @@ def test_lean_rows_two_vectors_without_normed_out(tune, normed, vpt):
 # rows of one warp too. One-vector lean rows in 1.9 waves (512 x 4096) and where 4-vector rows
 # are half-warps (8192 x 1152); the fused op keeps lean one-vector rows at 8192 x 2048. Rows
 # beyond 512 vectors take lean four too (v55: 531 x 16384 in 512 threads, 1031 x 8192), 4-vector
-# rows under lean=N below their length; the fused op 4-vector rows (1031 x 8192).
+# rows under lean=N below their length; without normed_out up to 1024 threads (v56: 2048 x 32768;
+# 4-vector rows with normed_out, and under lean=2048). The fused op: see below.
 @pytest.mark.parametrize("tune,m,h,normed,residual,kernel,vpt", [
     (None, 8192, 1024, True, False, "fused_add_rmsnorm_fp8_block_quant_kernel", "4"),
     (None, 16384, 1024, False, False, "fused_add_rmsnorm_fp8_block_quant_kernel", "4"),
@@ -293,11 +345,32 @@ def test_lean_rows_two_vectors_without_normed_out(tune, normed, vpt):
     (None, 531, 16384, True, False, "row_vec1_kernel", "4"), (None, 1031, 8192, False, False, "row_vec1_kernel", "4"),
     ("lean=1024", 531, 16384, True, False, "fused_add_rmsnorm_fp8_block_quant_kernel", "4"),
     ("lean=512", 1031, 8192, False, False, "fused_add_rmsnorm_fp8_block_quant_kernel", "4"),
-    (None, 1031, 8192, True, True, "fused_add_rmsnorm_fp8_block_quant_kernel", "4")])
+    (None, 2048, 32768, False, False, "row_vec1_kernel", "4"),
+    (None, 2048, 32768, True, False, "fused_add_rmsnorm_fp8_block_quant_kernel", "4"),
+    ("lean=2048", 2048, 32768, False, False, "fused_add_rmsnorm_fp8_block_quant_kernel", "4")])
 def test_rows_without_residual_taken(tune, m, h, normed, residual, kernel, vpt):
     args = kernel_template_args(tune, m, h, kernel, normed, residual)
     assert template_bool(args[2]) == ("true" if residual else "false"), args
     assert template_int(args[6 if kernel == "row_vec1_kernel" else 4]) == vpt, args
+
+
+# The fused op (v56) takes lean four rows (row_vec1_kernel, VPT 4, HAS_RES true) in rows of 128..256
+# threads in grids of at most 2048 rows (bf16 1031 x 8192, 2048 x 4096 without normed_out), and
+# 4-vector rows (fused_add_rmsnorm_fp8_block_quant_kernel, VPT 4) beyond 2048 rows (8192 x 8192),
+# in longer rows (2048 x 16384), with a float32 weight (1031 x 8192, also under leanvpt=4) and under
+# fourres=0; fourres=1 takes lean four at 8192 x 8192 too.
+@pytest.mark.parametrize("tune,m,h,normed,weight_fp32,kernel", [
+    (None, 1031, 8192, True, False, "row_vec1_kernel"), (None, 2048, 4096, False, False, "row_vec1_kernel"),
+    (None, 8192, 8192, True, False, "fused_add_rmsnorm_fp8_block_quant_kernel"),
+    (None, 2048, 16384, True, False, "fused_add_rmsnorm_fp8_block_quant_kernel"),
+    ("fourres=0", 1031, 8192, True, False, "fused_add_rmsnorm_fp8_block_quant_kernel"),
+    ("fourres=1", 8192, 8192, True, False, "row_vec1_kernel"),
+    (None, 1031, 8192, True, True, "fused_add_rmsnorm_fp8_block_quant_kernel"),
+    ("leanvpt=4", 1031, 8192, True, True, "fused_add_rmsnorm_fp8_block_quant_kernel")])
+def test_fused_lean_four_taken(tune, m, h, normed, weight_fp32, kernel):
+    args = kernel_template_args(tune, m, h, kernel, normed, True, weight_fp32)
+    assert template_bool(args[2]) == "true", args
+    assert template_int(args[6 if kernel == "row_vec1_kernel" else 4]) == "4", args
 
 
 LAYOUTS = ["kWarpRows", "kHalfWarpRows", "kClusterSlices", "kWarpRowsCta", "kRowVec1"]  # launch.h's order

@@ -149,8 +149,7 @@ struct Switches {
                            // 1 never, kLeanVpt / kLeanVptEven that count in every lean grid it
                            // fits and the other never (benchmarks/NOTES.md, v40-41, v47);
                            // kLeanVptFour: four, in every grid of many rows of whole warps of
-                           // four vectors, without a residual (the table: rows of two warps or
-                           // more beyond two waves)
+                           // four vectors (the table: see launch_config)
 };
 
 int tune_value(const std::string& spec, const char* key, int fallback) {
@@ -298,6 +297,7 @@ constexpr int64_t kLeanFourMinThreads = 2 * 32;          // lean four rows: see 
 constexpr int64_t kLeanFourNormedMaxThreads = 512;
 constexpr int64_t kLeanFourResMinThreads = 128;
 constexpr int64_t kLeanFourResMaxThreads = 256;
+constexpr int64_t kLeanFourResMaxRows = 2048;
 constexpr int64_t kLeanL2MaxVecs = 384;                  // lean rows in L2 with PDL: see below
 constexpr int64_t kLeanPairMaxThreads = 512;             // two lean rows per CTA: see below
 constexpr int64_t kLeanVptNoNormedMaxL2s = 2;            // three vectors per thread: see below
@@ -308,7 +308,8 @@ constexpr int64_t kL2PlainMinBytes = int64_t{3} << 19;  // 1.5 MiB
 constexpr int64_t kL2PlainMaxPercent = 72;
 
 LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool has_residual,
-                           bool writes_normed, bool aligned, const DeviceInfo& dev, const Switches& sw) {
+                           bool writes_normed, bool aligned, const DeviceInfo& dev, const Switches& sw,
+                           bool weight_is_float) {
   const int64_t nvec = hidden * elem_size / 16;
   const int64_t lanes_per_block = kBlock * elem_size / 16;
   const int64_t nblocks = hidden / kBlock;
@@ -439,15 +440,35 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // waves of these CTAs), five and six warps: bf16 512 x 16384 12.28 -> 12.11, 1024 x 8192 11.84 ->
   // 10.58, 600 x 8192 8.02 -> 7.20, 1024 x 5120 8.41 -> 7.21, 2048 x 5120 16.18 -> 14.33, 16384 x
   // 6144 144.7 -> 131.1, float32 1024 x 4096 9.27 -> 8.49, 8192 x 2560 51.3 -> 49.9 (1.4-15%;
-  // without normed_out 9-27%). Rows over 512 threads (bf16 H 16896 and up) keep 4-vector rows
-  // (launch bounds of 64 registers at 1024 threads: too few).
+  // without normed_out 9-27%). Rows over 512 threads (bf16 H 16896..32768, float32 8448..16384),
+  // in CTAs of up to 1024 threads (one per SM, the same 64 registers), without normed_out only.
+  // Same binary, two passes (v56), with PDL, µs, 4-vector rows -> lean four, without normed_out:
+  // bf16 2048 x 32768 88.8 -> 85.5 / 90.2 -> 85.5, 8192 x 24576 279 -> 251 (v56 call 2), float32
+  // 2048 x 16384 74.4 -> 57.2, 8192 x 12288 207 -> 166, 16384 x 16384 464 -> 410 (4-23% faster),
+  // bf16 512 x 32768 and 16384 x 32768 level (-0.4..+0.8%). With normed_out mixed: 2048 x 32768
+  // and 8192 x 24576 2-4% faster, 8192 / 16384 x 32768 4-5% slower, float16 16384 x 32768 1% slower.
+  // The fused op (v56): lean four in rows of 128..256 threads (bf16 H 4096..8192, float32
+  // 2048..4096) in grids of at most kLeanFourResMaxRows rows, with a weight of the input's dtype.
+  // Same binary, two passes, with PDL, µs, 4-vector (or, at H = 4096, lean one-vector) rows -> lean
+  // four: bf16 2048 x 4096 18.04 -> 17.31 / 18.05 -> 17.60, 2048 x 5120 24.67 -> 24.06, 2048 x 8192
+  // 40.73 -> 40.06 / 40.64 -> 40.28, float16 2048 x 4096 18.10 -> 17.43, float32 2048 x 2048 16.09
+  // -> 15.70 (0-4% faster; 2048 x 6144 / 7168 -1.6..+0.1%); without normed_out 3-11% faster (2048 x
+  // 5120 19.25 -> 17.18, float32 2048 x 2048 11.19 -> 9.58); without PDL 2048 x 4096 / 7168 2%
+  // (3-9% without normed_out). Not beyond: at 8192..32768 rows level to 2.6% slower with normed_out
+  // (8192 x 4096 +1.0 / +2.6%, 16384 x 8192 +0.6 / +1.5%), 1-2% faster without it; not rows of 64
+  // threads (16384 x 2048 +2.8%), nor 512 (2048 x 16384 level, 16384 x 16384 +0.6..+0.8%); not with
+  // a float32 weight and a 2-byte input (those kernels spilled 52 bytes: 3-5% slower, 46% without
+  // normed_out at 2048 x 4096), which has no such kernel.
   // FP8NORM_TUNE=leanvpt=4: in every grid of many rows whose rows are whole warps of four vectors
-  // (at most kLeanVptFourMaxThreads threads); leanvpt=1 (or 2 / 3): never (4-vector rows by the rule
-  // above).
+  // (at most kLeanVptFourMaxThreads threads; in the fused op with a weight of the input's dtype);
+  // leanvpt=1 (or 2 / 3): never (4-vector rows by the rule above). fourres=0: none in the fused op;
+  // fourres=1: the fused op's rows by the rule of the op without a residual with normed_out (64..512
+  // threads, any number of rows).
   const int64_t four_threads = svec / kLeanVptFour;  // threads of a row
-  const bool four_fits = svec % (4 * 32) == 0 && sw.row_vec1 != 0 && four_threads <= kLeanVptFourMaxThreads;
-  // The table's band of a lean four row's threads (fourres=0: none in the fused op; fourres=1: the
-  // fused op's rows by the band of the op without a residual with normed_out).
+  // The fused op's lean four kernels exist for a weight of the input's dtype only.
+  const bool four_fits = svec % (4 * 32) == 0 && sw.row_vec1 != 0 && four_threads <= kLeanVptFourMaxThreads &&
+                         (!has_residual || !weight_is_float || elem_size == 4);
+  // The table's band of a lean four row's threads and of the grid's rows.
   const bool res_band = has_residual && sw.four_res < 1;
   const int64_t four_min = res_band ? kLeanFourResMinThreads : kLeanFourMinThreads;
   const int64_t four_max = has_residual ? (sw.four_res == 0   ? 0
@@ -455,9 +476,11 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
                                                               : kLeanFourResMaxThreads)
                            : writes_normed ? kLeanFourNormedMaxThreads
                                            : kLeanVptFourMaxThreads;
+  const int64_t four_max_rows = res_band ? kLeanFourResMaxRows : rows;
   const bool lean_four = four_fits && (sw.lean_vpt == kLeanVptFour ||
-                                       (sw.lean_vpt == 0 && rows > 2 * wave_vpt1 && four_threads >= four_min &&
-                                        four_threads <= four_max && rows > lean_vpt_slots(four_threads)));
+                                       (sw.lean_vpt == 0 && rows > 2 * wave_vpt1 && rows <= four_max_rows &&
+                                        four_threads >= four_min && four_threads <= four_max &&
+                                        rows > lean_vpt_slots(four_threads)));
   // FP8NORM_TUNE=lean=N: rows of 128..N vectors, with PDL in L2 and without a residual in every
   // case (0: none); vpt=4: the 4-vector rows. Default: kLeanMaxVecs, or lean four's rows.
   const int64_t lean_max = sw.lean_vecs >= 0 ? sw.lean_vecs : lean_four ? svec : kLeanMaxVecs;
@@ -714,7 +737,7 @@ void run(const RowArgs& a, const at::Tensor& input) {
                        (a.normed == nullptr || aligned_rows(a.normed, a.normed_stride, es, 16)) &&
                        aligned_rows(a.weight, 0, 1, 16) && aligned_rows(a.out, a.out_stride, 1, vec);
   const LaunchConfig cfg = launch_config(a.rows, a.hidden, es, a.residual != nullptr, a.normed != nullptr, aligned,
-                                         device_info(input.device().index()), switches());
+                                         device_info(input.device().index()), switches(), a.weight_is_float);
   switch (input.scalar_type()) {
     case at::kBFloat16: launch<__nv_bfloat16>(a, cfg, aligned, stream); break;
     case at::kHalf: launch<__half>(a, cfg, aligned, stream); break;

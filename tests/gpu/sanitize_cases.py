@@ -6,7 +6,8 @@ long rows: a row split over a cluster beyond the decode sizes), strided (and una
 every block_scale layout, normed_out=None, scale_ue8m0, both ops, bf16 and float32, one
 wave of rows that nearly fills the GPU (2041 x 2048, bf16), the op without a residual in 4-vector
 rows of one warp (2113 x 1024, bf16) and in lean rows of four vectors per thread (2113 x 2048;
-531 x 16384, 512 threads),
+531 x 16384, 512 threads; 531 x 32768 without normed_out, 1024 threads), the fused op in lean rows of
+four vectors per thread (2047 x 4096, bf16; 1031 x 4096 float32 without normed_out),
 and lean rows two per CTA with the last CTA's second row past M (2047 x 1152, bf16). With the
 default table every slice fits in shared memory; the path that re-reads a multi-tile slice from
 global memory runs under sanitize.sh's memcheck setting FP8NORM_TUNE=threads=64,stash=0.
@@ -57,6 +58,12 @@ def cases(device="cuda"):
     # ... and in rows of 2048 vectors (512 threads of four, two CTAs per SM: the lean four bound,
     # v55), two waves and three rows.
     yield Case(device, torch.bfloat16, 531, 16384, fused=False, layout="scaled_mm")
+    # ... and, without normed_out, in rows of 4096 vectors (1024 threads, one CTA per SM, v56).
+    yield Case(device, torch.bfloat16, 531, 32768, fused=False, normed_none=True, layout="tma")
+    # The fused op in lean rows of four vectors per thread (rows of 128..256 threads, at most 2048
+    # rows, v56): bf16 2047 x 4096 (128 threads, an odd M), float32 1031 x 4096 (256) strided.
+    yield Case(device, torch.bfloat16, 2047, 4096, fused=True, layout="scaled_mm")
+    yield Case(device, torch.float32, 1031, 4096, fused=True, pad=128, normed_none=True, layout="row_major")
     # Lean rows of 144 vectors (an odd number of half-warps), two per CTA, an odd M: the last
     # CTA's second row past M (with sanitize.sh's hints=1,demote=1,lean=512: the block-scale line
     # policy; with rowvec1=1,prefetch=1 the L2 prefetch of rows ahead).
