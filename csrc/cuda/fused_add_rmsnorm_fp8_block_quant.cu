@@ -449,8 +449,8 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // and 8192 x 24576 2-4% faster, 8192 / 16384 x 32768 4-5% slower, float16 16384 x 32768 1% slower.
   // The fused op (v56): lean four in rows of 128..256 threads (bf16 H 4096..8192, float32
   // 2048..4096) in grids of at most kLeanFourResMaxRows rows, with a weight of the input's dtype.
-  // Same binary, two passes, with PDL, µs, 4-vector (or, at H = 4096, lean one-vector) rows -> lean
-  // four: bf16 2048 x 4096 18.04 -> 17.31 / 18.05 -> 17.60, 2048 x 5120 24.67 -> 24.06, 2048 x 8192
+  // Same binary, two passes, with PDL, µs, 4-vector rows (2048 x 4096 without normed_out: lean two
+  // vectors per thread) -> lean four: bf16 2048 x 4096 18.04 -> 17.31 / 18.05 -> 17.60, 2048 x 5120 24.67 -> 24.06, 2048 x 8192
   // 40.73 -> 40.06 / 40.64 -> 40.28, float16 2048 x 4096 18.10 -> 17.43, float32 2048 x 2048 16.09
   // -> 15.70 (0-4% faster; 2048 x 6144 / 7168 -1.6..+0.1%); without normed_out 3-11% faster (2048 x
   // 5120 19.25 -> 17.18, float32 2048 x 2048 11.19 -> 9.58); without PDL 2048 x 4096 / 7168 2%
