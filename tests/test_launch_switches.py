@@ -268,6 +268,7 @@ def test_lean_rows_two_vectors_without_normed_out(tune, normed, vpt):
     args = kernel_template_args(tune, 2048, 2048, "row_vec1_kernel", normed)
     assert (template_bool(args[5]), template_int(args[6])) == ("false", vpt), args
 
+
 # Lean four rows of 513..1024 threads (the op without a residual, without normed_out, by default, v56;
 # with normed_out under leanvpt=4): bf16 531 x 32768 (1024 threads, one CTA per SM), 1031 x 24576
 # (768) strided, float32 300 x 16384 (1024) with a float32 weight, float16 300 x 32768 with
@@ -316,7 +317,6 @@ def test_lean_four_1024_rows(switches):
                          ids=["pdl", "no_pdl", "leanvpt4"])
 def test_lean_four_fused_rows(switches):
     run_cases(LEAN_FOUR_FUSED_CASES, switches)
-
 
 
 # The op without a residual, in grids of more than two waves of lean rows of a multiple of 128

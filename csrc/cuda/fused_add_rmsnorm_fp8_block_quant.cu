@@ -450,15 +450,16 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // The fused op (v56): lean four in rows of 128..256 threads (bf16 H 4096..8192, float32
   // 2048..4096) in grids of at most kLeanFourResMaxRows rows, with a weight of the input's dtype.
   // Same binary, two passes, with PDL, µs, 4-vector rows (2048 x 4096 without normed_out: lean two
-  // vectors per thread) -> lean four: bf16 2048 x 4096 18.04 -> 17.31 / 18.05 -> 17.60, 2048 x 5120 24.67 -> 24.06, 2048 x 8192
-  // 40.73 -> 40.06 / 40.64 -> 40.28, float16 2048 x 4096 18.10 -> 17.43, float32 2048 x 2048 16.09
-  // -> 15.70 (0-4% faster; 2048 x 6144 / 7168 -1.6..+0.1%); without normed_out 3-11% faster (2048 x
-  // 5120 19.25 -> 17.18, float32 2048 x 2048 11.19 -> 9.58); without PDL 2048 x 4096 / 7168 2%
-  // (3-9% without normed_out). Not beyond: at 8192..32768 rows level to 2.6% slower with normed_out
-  // (8192 x 4096 +1.0 / +2.6%, 16384 x 8192 +0.6 / +1.5%), 1-2% faster without it; not rows of 64
-  // threads (16384 x 2048 +2.8%), nor 512 (2048 x 16384 level, 16384 x 16384 +0.6..+0.8%); not with
-  // a float32 weight and a 2-byte input (those kernels spilled 52 bytes: 3-5% slower, 46% without
-  // normed_out at 2048 x 4096), which has no such kernel.
+  // vectors per thread) -> lean four: bf16 2048 x 4096 18.04 -> 17.31 / 18.05 -> 17.60, 2048 x
+  // 5120 24.67 -> 24.06, 2048 x 8192 40.73 -> 40.06 / 40.64 -> 40.28, float16 2048 x 4096 18.10 ->
+  // 17.43, float32 2048 x 2048 16.09 -> 15.70 (0-4% faster; 2048 x 6144 / 7168 -1.6..+0.1%);
+  // without normed_out 3-11% faster (2048 x 5120 19.25 -> 17.18, float32 2048 x 2048 11.19 ->
+  // 9.58); without PDL 2048 x 4096 / 7168 2% (3-9% without normed_out). Not beyond: at 8192..32768
+  // rows level to 2.6% slower with normed_out (8192 x 4096 +1.0 / +2.6%, 16384 x 8192 +0.6 /
+  // +1.5%), -2.1..+2.5% without it; not rows of 64 threads (16384 x 2048 +2.8%), nor 512 (2048 x
+  // 16384 level, 16384 x 16384 +0.6..+0.8%); not with a float32 weight and a 2-byte input (those
+  // kernels spilled 52 bytes: 3-5% slower, 46% without normed_out at 2048 x 4096), which has no
+  // such kernel.
   // FP8NORM_TUNE=leanvpt=4: in every grid of many rows whose rows are whole warps of four vectors
   // (at most kLeanVptFourMaxThreads threads; in the fused op with a weight of the input's dtype);
   // leanvpt=1 (or 2 / 3): never (4-vector rows by the rule above). fourres=0: none in the fused op;
