@@ -131,6 +131,25 @@ def run_cases(script, switches):
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
 
 
+def case_script(fused, cases, forced_cases=()):
+    """A script for run_cases: check_case over (dtype, M, H, weight_fp32, normed_none, pad, layout)
+    cases of the fused op or (fused=False) the op without a residual, scale_ue8m0 where normed_out
+    is None; forced_cases too where FP8NORM_TUNE holds leanvpt=4."""
+    return f"""
+import os
+import torch
+from fp8norm_testing import Case, check_case
+cases = {list(cases)!r}
+if "leanvpt=4" in os.environ.get("FP8NORM_TUNE", ""):
+    cases += {list(forced_cases)!r}
+for dtype, m, h, wf, nn, pad, layout in cases:
+    check_case(Case("cuda", dtype, m, h, fused={fused!r}, weight_fp32=wf, normed_none=nn, ue8m0=nn, pad=pad,
+                    layout=layout))
+torch.cuda.synchronize()
+print("ok")
+"""
+
+
 @pytest.mark.parametrize("switches", SWITCHES, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
 def test_contract_under_launch_switch(switches):
     run_cases(CASES, switches)
@@ -141,33 +160,18 @@ def test_contract_under_launch_switch(switches):
 # 128; bf16 4096 x 2048, whose column-major scales are whole 128-byte lines) with hinted accesses
 # and the block-scale line policy (hints=1,demote=1: most of them are plain by default, their
 # bytes fitting in L2), the scale-once code's other instantiation (CASES above has no such rows).
-LEAN_FOUR_CASES = """
-import torch
-from fp8norm_testing import Case, check_case
-for dtype, m, h, wf, nn in [(torch.bfloat16, 2113, 2048, False, False), (torch.bfloat16, 2113, 2048, False, True),
-                            (torch.float32, 4099, 1024, False, True), (torch.bfloat16, 3001, 4096, True, True),
-                            (torch.bfloat16, 4096, 2048, False, True)]:
-    check_case(Case("cuda", dtype, m, h, fused=False, weight_fp32=wf, normed_none=nn, ue8m0=nn, layout="tma"))
-torch.cuda.synchronize()
-print("ok")
-"""
+LEAN_FOUR_CASES = case_script(False, [
+    (torch.bfloat16, 2113, 2048, False, False, 0, "tma"), (torch.bfloat16, 2113, 2048, False, True, 0, "tma"),
+    (torch.float32, 4099, 1024, False, True, 0, "tma"), (torch.bfloat16, 3001, 4096, True, True, 0, "tma"),
+    (torch.bfloat16, 4096, 2048, False, True, 0, "tma")])
 # Lean four rows beyond 512 vectors, by default (v55), with and without PDL: bf16 531 x 16384 (512
 # threads, the bound; 531 rows: two waves and three rows of 512-thread CTAs), 1031 x 12288 (384)
 # without normed_out, 1031 x 5120 (160, five warps) strided, float16 1031 x 8192 with a float32
 # weight, float32 1031 x 8192 (512) and 531 x 6144 (384) in the other scale layouts.
-LEAN_FOUR_WIDE_CASES = """
-import torch
-from fp8norm_testing import Case, check_case
-for dtype, m, h, wf, nn, pad, layout in [(torch.bfloat16, 531, 16384, False, False, 0, "tma"),
-                                         (torch.bfloat16, 1031, 12288, False, True, 0, "scaled_mm"),
-                                         (torch.bfloat16, 1031, 5120, True, False, 128, "row_major"),
-                                         (torch.float16, 1031, 8192, True, True, 0, "tma"),
-                                         (torch.float32, 1031, 8192, False, False, 0, "scaled_mm"),
-                                         (torch.float32, 531, 6144, True, True, 128, "row_major")]:
-    check_case(Case("cuda", dtype, m, h, fused=False, weight_fp32=wf, normed_none=nn, ue8m0=nn, pad=pad, layout=layout))
-torch.cuda.synchronize()
-print("ok")
-"""
+LEAN_FOUR_WIDE_CASES = case_script(False, [
+    (torch.bfloat16, 531, 16384, False, False, 0, "tma"), (torch.bfloat16, 1031, 12288, False, True, 0, "scaled_mm"),
+    (torch.bfloat16, 1031, 5120, True, False, 128, "row_major"), (torch.float16, 1031, 8192, True, True, 0, "tma"),
+    (torch.float32, 1031, 8192, False, False, 0, "scaled_mm"), (torch.float32, 531, 6144, True, True, 128, "row_major")])
 
 
 def test_lean_four_hinted():
@@ -273,38 +277,22 @@ def test_lean_rows_two_vectors_without_normed_out(tune, normed, vpt):
 # with normed_out under leanvpt=4): bf16 531 x 32768 (1024 threads, one CTA per SM), 1031 x 24576
 # (768) strided, float32 300 x 16384 (1024) with a float32 weight, float16 300 x 32768 with
 # normed_out.
-LEAN_FOUR_1024_CASES = """
-import torch
-from fp8norm_testing import Case, check_case
-for dtype, m, h, wf, nn, pad, layout in [(torch.bfloat16, 531, 32768, False, True, 0, "tma"),
-                                         (torch.bfloat16, 1031, 24576, False, True, 128, "row_major"),
-                                         (torch.float32, 300, 16384, True, True, 0, "scaled_mm"),
-                                         (torch.float16, 300, 32768, False, False, 0, "tma")]:
-    check_case(Case("cuda", dtype, m, h, fused=False, weight_fp32=wf, normed_none=nn, ue8m0=nn, pad=pad, layout=layout))
-torch.cuda.synchronize()
-print("ok")
-"""
+LEAN_FOUR_1024_CASES = case_script(False, [
+    (torch.bfloat16, 531, 32768, False, True, 0, "tma"), (torch.bfloat16, 1031, 24576, False, True, 128, "row_major"),
+    (torch.float32, 300, 16384, True, True, 0, "scaled_mm"), (torch.float16, 300, 32768, False, False, 0, "tma")])
 # The fused op in lean four rows (v56: rows of 128..256 threads in grids of at most 2048 rows, with a
 # weight of the input's dtype): bf16 2047 x 4096 (128 threads, odd M), 1031 x 8192 (256) without
 # normed_out, float16 2048 x 5120 (160) strided, float32 2047 x 2048 (128) and 1031 x 4096 (256)
 # without normed_out; bf16 1031 x 8192 with a float32 weight takes 4-vector rows. Under leanvpt=4
 # (every fused grid of many rows of whole warps of four vectors), also 531 x 16384 (512 threads)
 # and 300 x 32768 (1024), and float16 2048 x 5120 with a float32 weight (still 4-vector rows).
-LEAN_FOUR_FUSED_CASES = """
-import os
-import torch
-from fp8norm_testing import Case, check_case
-cases = [(torch.bfloat16, 2047, 4096, False, False, 0, "tma"), (torch.bfloat16, 1031, 8192, False, True, 0, "scaled_mm"),
-         (torch.float16, 2048, 5120, False, False, 128, "row_major"), (torch.float32, 2047, 2048, False, False, 0, "tma"),
-         (torch.float32, 1031, 4096, False, True, 128, "scaled_mm"), (torch.bfloat16, 1031, 8192, True, False, 0, "tma")]
-if "leanvpt=4" in os.environ.get("FP8NORM_TUNE", ""):
-    cases += [(torch.bfloat16, 531, 16384, False, True, 0, "tma"), (torch.bfloat16, 300, 32768, False, False, 128, "row_major"),
-              (torch.float16, 2048, 5120, True, True, 0, "scaled_mm")]
-for dtype, m, h, wf, nn, pad, layout in cases:
-    check_case(Case("cuda", dtype, m, h, fused=True, weight_fp32=wf, normed_none=nn, ue8m0=nn, pad=pad, layout=layout))
-torch.cuda.synchronize()
-print("ok")
-"""
+LEAN_FOUR_FUSED_CASES = case_script(True, [
+    (torch.bfloat16, 2047, 4096, False, False, 0, "tma"), (torch.bfloat16, 1031, 8192, False, True, 0, "scaled_mm"),
+    (torch.float16, 2048, 5120, False, False, 128, "row_major"), (torch.float32, 2047, 2048, False, False, 0, "tma"),
+    (torch.float32, 1031, 4096, False, True, 128, "scaled_mm"), (torch.bfloat16, 1031, 8192, True, False, 0, "tma")],
+    forced_cases=[(torch.bfloat16, 531, 16384, False, True, 0, "tma"),
+                  (torch.bfloat16, 300, 32768, False, False, 128, "row_major"),
+                  (torch.float16, 2048, 5120, True, True, 0, "scaled_mm")])
 
 
 # The table with PDL; leanvpt=4 (the float16 case with normed_out in lean four too) without PDL.
