@@ -103,9 +103,8 @@ const DeviceInfo& device_info(int device) {
 //                              Layout::kRowVec1, with PDL in L2 too; 0: none, they take
 //                              4-vector rows; default 512, not with PDL where the
 //                              hinted call's bytes fit in L2, except rows of at most 384
-//                              vectors not a multiple of 64; the op without a residual's
-//                              lean four rows up to 2048 vectors; at most 2048, rows over
-//                              1024 only as lean four rows),
+//                              vectors not a multiple of 64; lean four rows up to their
+//                              length; at most 4096, rows over 1024 only as lean four rows),
 //                              full=0 / 1 (Layout::kRowVec1 rows of whole warps in the kernel
 //                              for rows with idle lanes, with its `valid` predicate / in their
 //                              own FULL kernel, without it, in every launch; default: FULL
@@ -119,8 +118,12 @@ const DeviceInfo& device_info(int device) {
 //                              leanvpt=<0|1|2|3|4> (lean rows of several vectors per thread: 0
 //                              by launch_config's rules, 3 for an odd number of 1x128 blocks
 //                              dividing by three, 2 for 2-byte rows of whole warps, 4 for rows
-//                              of whole warps without a residual; 1 never; 3 / 2 / 4 that count
-//                              wherever it fits; default 0)
+//                              of whole warps (the fused op: with a weight of the input's
+//                              dtype); 1 never; 3 / 2 / 4 that count wherever it fits; default 0),
+//                              fourres=<0|1> (the fused op's lean four rows: 0 none; 1 by the
+//                              rule of the op without a residual with normed_out, 64..512
+//                              threads, any number of rows; default: 128..256 threads, at most
+//                              2048 rows)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
@@ -415,8 +418,8 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // to 1.6% slower without it at 2048 / 16384 x 2048). Not: rows whose 4-vector rows leave idle lanes
   // or are half-warps (bf16 2048 x 1152 +9%, 8192 x 1152 +4%, without normed_out +11-20%; 2048 x 1536
   // +1.5%), and 512 x 4096 (1.9 waves) +4.5%.
-  const bool no_res_four_warps = !has_residual && svec % (4 * 32) == 0;  // rows of whole warps of 4 vectors
-  const bool no_res_warp_rows = no_res_four_warps && rows > 2 * wave_vpt1;
+  const bool four_warps = svec % (4 * 32) == 0;  // rows of whole warps of 4 vectors
+  const bool no_res_warp_rows = !has_residual && four_warps && rows > 2 * wave_vpt1;
   // And where those rows are two warps or more (bf16 H = 2048..4096, float32 1024 / 2048), the same
   // four vectors per thread in lean one-row CTAs (row_vec1_kernel, VPT = kLeanVptFour: no tile loop,
   // no CTA of several rows) in grids of more than one wave of them. Executed instructions are level
@@ -466,18 +469,19 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // fourres=1: the fused op's rows by the rule of the op without a residual with normed_out (64..512
   // threads, any number of rows).
   const int64_t four_threads = svec / kLeanVptFour;  // threads of a row
-  // The fused op's lean four kernels exist for a weight of the input's dtype only.
-  const bool four_fits = svec % (4 * 32) == 0 && sw.row_vec1 != 0 && four_threads <= kLeanVptFourMaxThreads &&
-                         (!has_residual || !weight_is_float || elem_size == 4);
-  // The table's band of a lean four row's threads and of the grid's rows.
-  const bool res_band = has_residual && sw.four_res < 1;
-  const int64_t four_min = res_band ? kLeanFourResMinThreads : kLeanFourMinThreads;
-  const int64_t four_max = has_residual ? (sw.four_res == 0   ? 0
-                                           : sw.four_res == 1 ? kLeanFourNormedMaxThreads
-                                                              : kLeanFourResMaxThreads)
-                           : writes_normed ? kLeanFourNormedMaxThreads
-                                           : kLeanVptFourMaxThreads;
-  const int64_t four_max_rows = res_band ? kLeanFourResMaxRows : rows;
+  const bool four_fits = four_warps && sw.row_vec1 != 0 && four_threads <= kLeanVptFourMaxThreads &&
+                         lean_four_built(has_residual, weight_is_float, elem_size);
+  // The table's band: a row's threads, the grid's rows.
+  int64_t four_min = kLeanFourMinThreads, four_max = kLeanFourNormedMaxThreads, four_max_rows = rows;
+  if (!has_residual && !writes_normed) {
+    four_max = kLeanVptFourMaxThreads;
+  } else if (has_residual && sw.four_res == 0) {
+    four_max = 0;
+  } else if (has_residual && sw.four_res < 0) {
+    four_min = kLeanFourResMinThreads;
+    four_max = kLeanFourResMaxThreads;
+    four_max_rows = kLeanFourResMaxRows;
+  }
   const bool lean_four = four_fits && (sw.lean_vpt == kLeanVptFour ||
                                        (sw.lean_vpt == 0 && rows > 2 * wave_vpt1 && rows <= four_max_rows &&
                                         four_threads >= four_min && four_threads <= four_max &&

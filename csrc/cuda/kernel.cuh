@@ -1103,10 +1103,8 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
                   "fp8norm: lean rows of ", kLeanVpt, " or ", kLeanVptEven, " vectors per thread in CTAs of at most ",
                   kLeanVptMaxThreads, " threads, of ", kLeanVptFour, " in at most ", kLeanVptFourMaxThreads,
                   "; got ", cfg.lean_vpt, " vectors per thread in ", cfg.threads_x * cfg.rows_per_cta, " threads");
-      // Four vectors per thread: rows of whole warps, one per CTA; in the fused op with a weight of
-      // the input's dtype only (a float32 weight with a 2-byte input spilled and was 3-5% slower
-      // than the 4-vector rows, benchmarks/NOTES.md v56).
-      if constexpr (!HAS_RES || std::is_same_v<T, W>) {
+      // Four vectors per thread: rows of whole warps, one per CTA, where that kernel is built.
+      if constexpr (lean_four_built(HAS_RES, std::is_same_v<W, float>, sizeof(T))) {
         if (cfg.lean_vpt == kLeanVptFour && !cfg.pair_rows && cfg.threads_x % 32 == 0) {
           return row_vec1_kernel<T, W, HAS_RES, HINTED, false, false, kLeanVptFour>;
         }

@@ -36,6 +36,13 @@ constexpr int kLeanVptFourMaxThreads = 1024;
 constexpr int lean_vpt_max_threads(int vpt) { return vpt == kLeanVptFour ? kLeanVptFourMaxThreads : kLeanVptMaxThreads; }
 constexpr int lean_vpt_min_ctas(int vpt) { return kRegsPerSm / (lean_vpt_max_threads(vpt) * kLeanVptMaxRegs); }
 static_assert(lean_vpt_min_ctas(kLeanVpt) == kLeanVptMinCtas, "one register bound for every lean vpt");
+// Whether the lean kernel of kLeanVptFour vectors per thread is built for this op and weight: the
+// fused op's only with a weight of the input's dtype (a float32 weight with a 2-byte input
+// spilled and was 3-5% slower than the 4-vector rows, benchmarks/NOTES.md v56). launch_config
+// takes lean four rows only where it is; launch_one instantiates it only there.
+constexpr bool lean_four_built(bool has_residual, bool weight_is_float, int64_t elem_size) {
+  return !has_residual || !weight_is_float || elem_size == 4;
+}
 
 // Narrow vectors: the one-row CTAs of Layout::kRowVec1 may give each thread 8 bytes of its row
 // instead of 16 (LaunchConfig::vec_bytes; 2-byte types: rows of an odd number of half-warps
