@@ -346,13 +346,16 @@ def test_rows_without_residual_taken(tune, m, h, normed, residual, kernel, vpt):
 # threads in grids of at most 2048 rows (bf16 1031 x 8192, 2048 x 4096 without normed_out), and
 # 4-vector rows (fused_add_rmsnorm_fp8_block_quant_kernel, VPT 4) beyond 2048 rows (8192 x 8192),
 # in longer rows (2048 x 16384), with a float32 weight (1031 x 8192, also under leanvpt=4) and under
-# fourres=0; fourres=1 takes lean four at 8192 x 8192 too.
+# fourres=0; fourres=1 takes lean four at 8192 x 8192 too, and so does fourrows=8192 (the row bound),
+# while fourrows=1024 leaves 2048 x 4096 in 4-vector rows.
 @pytest.mark.parametrize("tune,m,h,normed,weight_fp32,kernel", [
     (None, 1031, 8192, True, False, "row_vec1_kernel"), (None, 2048, 4096, False, False, "row_vec1_kernel"),
     (None, 8192, 8192, True, False, "fused_add_rmsnorm_fp8_block_quant_kernel"),
     (None, 2048, 16384, True, False, "fused_add_rmsnorm_fp8_block_quant_kernel"),
     ("fourres=0", 1031, 8192, True, False, "fused_add_rmsnorm_fp8_block_quant_kernel"),
     ("fourres=1", 8192, 8192, True, False, "row_vec1_kernel"),
+    ("fourrows=8192", 8192, 8192, True, False, "row_vec1_kernel"),
+    ("fourrows=1024", 2048, 4096, True, False, "fused_add_rmsnorm_fp8_block_quant_kernel"),
     (None, 1031, 8192, True, True, "fused_add_rmsnorm_fp8_block_quant_kernel"),
     ("leanvpt=4", 1031, 8192, True, True, "fused_add_rmsnorm_fp8_block_quant_kernel")])
 def test_fused_lean_four_taken(tune, m, h, normed, weight_fp32, kernel):

@@ -123,7 +123,9 @@ const DeviceInfo& device_info(int device) {
 //                              fourres=<0|1> (the fused op's lean four rows: 0 none; 1 by the
 //                              rule of the op without a residual with normed_out, 64..512
 //                              threads, any number of rows; default: 128..256 threads, at most
-//                              2048 rows)
+//                              2048 rows),
+//                              fourrows=N (the fused op's lean four rows by the default rule in
+//                              grids of at most N rows instead of 2048)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
@@ -148,6 +150,7 @@ struct Switches {
                            // vectors: -1 by the table's rule, 0 never, 1 wherever they fit
   int four_res = -1;       // lean four rows in the fused op: -1 by the table's rule, 0 never, 1 by
                            // the rule of the op without a residual (rows of 64..512 threads)
+  int four_rows = -1;      // the fused op's lean four rule's row bound: -1 kLeanFourResMaxRows
   int lean_vpt = 0;        // lean rows of several vectors per thread: 0 by the table's rules,
                            // 1 never, kLeanVpt / kLeanVptEven that count in every lean grid it
                            // fits and the other never (benchmarks/NOTES.md, v40-41, v47);
@@ -194,6 +197,7 @@ const Switches& switches() {
       s.pair_rows = tune_value(spec, "pair", 1) != 0;
       s.narrow = std::clamp(tune_value(spec, "narrow", -1), -1, 1);
       s.four_res = std::clamp(tune_value(spec, "fourres", -1), -1, 1);
+      s.four_rows = std::max(tune_value(spec, "fourrows", -1), -1);
       s.lean_vpt = tune_value(spec, "leanvpt", s.lean_vpt);
       if (s.lean_vpt != 0 && s.lean_vpt != kLeanVpt && s.lean_vpt != kLeanVptEven && s.lean_vpt != kLeanVptFour)
         s.lean_vpt = 1;
@@ -467,7 +471,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // (at most kLeanVptFourMaxThreads threads; in the fused op with a weight of the input's dtype);
   // leanvpt=1 (or 2 / 3): never (4-vector rows by the rule above). fourres=0: none in the fused op;
   // fourres=1: the fused op's rows by the rule of the op without a residual with normed_out (64..512
-  // threads, any number of rows).
+  // threads, any number of rows). fourrows=N: the default rule's row bound N instead of 2048.
   const int64_t four_threads = svec / kLeanVptFour;  // threads of a row
   const bool four_fits = four_warps && sw.row_vec1 != 0 && four_threads <= kLeanVptFourMaxThreads &&
                          lean_four_built(has_residual, weight_is_float, elem_size);
@@ -480,7 +484,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   } else if (has_residual && sw.four_res < 0) {
     four_min = kLeanFourResMinThreads;
     four_max = kLeanFourResMaxThreads;
-    four_max_rows = kLeanFourResMaxRows;
+    four_max_rows = sw.four_rows >= 0 ? sw.four_rows : kLeanFourResMaxRows;
   }
   const bool lean_four = four_fits && (sw.lean_vpt == kLeanVptFour ||
                                        (sw.lean_vpt == 0 && rows > 2 * wave_vpt1 && rows <= four_max_rows &&
