@@ -123,9 +123,9 @@ const DeviceInfo& device_info(int device) {
 //                              fourres=<0|1> (the fused op's lean four rows: 0 none; 1 by the
 //                              rule of the op without a residual with normed_out, 64..512
 //                              threads, any number of rows; default: 128..256 threads, at most
-//                              2048 rows),
+//                              2048..6144 rows),
 //                              fourrows=N (the fused op's lean four rows by the default rule in
-//                              grids of at most N rows instead of 2048)
+//                              grids of at most N rows instead of the table's 2048..6144)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
@@ -150,7 +150,7 @@ struct Switches {
                            // vectors: -1 by the table's rule, 0 never, 1 wherever they fit
   int four_res = -1;       // lean four rows in the fused op: -1 by the table's rule, 0 never, 1 by
                            // the rule of the op without a residual (rows of 64..512 threads)
-  int four_rows = -1;      // the fused op's lean four rule's row bound: -1 kLeanFourResMaxRows
+  int four_rows = -1;      // the fused op's lean four rule's row bound: -1 from the table
   int lean_vpt = 0;        // lean rows of several vectors per thread: 0 by the table's rules,
                            // 1 never, kLeanVpt / kLeanVptEven that count in every lean grid it
                            // fits and the other never (benchmarks/NOTES.md, v40-41, v47);
@@ -304,7 +304,9 @@ constexpr int64_t kLeanFourMinThreads = 2 * 32;          // lean four rows: see 
 constexpr int64_t kLeanFourNormedMaxThreads = 512;
 constexpr int64_t kLeanFourResMinThreads = 128;
 constexpr int64_t kLeanFourResMaxThreads = 256;
-constexpr int64_t kLeanFourResMaxRows = 2048;
+constexpr int64_t kLeanFourResMaxRows = 2048;          // rows of 128 threads with normed_out,
+constexpr int64_t kLeanFourResNoNormedMaxRows = 3072;  // without it,
+constexpr int64_t kLeanFourResWideMaxRows = 6144;      // rows of more than 128 threads
 constexpr int64_t kLeanL2MaxVecs = 384;                  // lean rows in L2 with PDL: see below
 constexpr int64_t kLeanPairMaxThreads = 512;             // two lean rows per CTA: see below
 constexpr int64_t kLeanVptNoNormedMaxL2s = 2;            // three vectors per thread: see below
@@ -455,7 +457,9 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // bf16 512 x 32768 and 16384 x 32768 level (-0.4..+0.8%). With normed_out mixed: 2048 x 32768
   // and 8192 x 24576 2-4% faster, 8192 / 16384 x 32768 4-5% slower, float16 16384 x 32768 1% slower.
   // The fused op (v56): lean four in rows of 128..256 threads (bf16 H 4096..8192, float32
-  // 2048..4096) in grids of at most kLeanFourResMaxRows rows, with a weight of the input's dtype.
+  // 2048..4096) in grids of at most kLeanFourResMaxRows rows (v57: rows of 128 threads without
+  // normed_out kLeanFourResNoNormedMaxRows, rows of more than 128 threads kLeanFourResWideMaxRows),
+  // with a weight of the input's dtype.
   // Same binary, two passes, with PDL, µs, 4-vector rows (2048 x 4096 without normed_out: lean two
   // vectors per thread) -> lean four: bf16 2048 x 4096 18.04 -> 17.31 / 18.05 -> 17.60, 2048 x
   // 5120 24.67 -> 24.06, 2048 x 8192 40.73 -> 40.06 / 40.64 -> 40.28, float16 2048 x 4096 18.10 ->
@@ -466,12 +470,20 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // +1.5%), -2.1..+2.5% without it; not rows of 64 threads (16384 x 2048 +2.8%), nor 512 (2048 x
   // 16384 level, 16384 x 16384 +0.6..+0.8%); not with a float32 weight and a 2-byte input (those
   // kernels spilled 52 bytes: 3-5% slower, 46% without normed_out at 2048 x 4096), which has no
-  // such kernel.
+  // such kernel. Between 2048 and 8192 rows (v57, same binary, two passes, with PDL, B / A of
+  // fourrows=100000 against v56's table): rows of 160..256 threads 0.4-2.8% faster with normed_out
+  // up to 6144 rows (bf16 2560..6144 x 5120..8192: 0.972-1.000, 3072 x 5120 37.21 -> 36.46, 4096 x
+  // 8192 79.78 -> 78.96, 6144 x 8192 116.36 -> 116.18; float32 3072 / 4096 x 4096 0.993-1.000,
+  // float16 3072 x 8192 0.993 / 0.995, 4096 x 8192 without PDL 0.991 / 0.984) and 1.6-8.2% without
+  // it (0.918-0.984); rows of 128 threads (bf16 H 4096, float32 2048) 1.6-4.8% slower with
+  // normed_out from 2560 rows (2560 x 4096 23.44 -> 24.52), without it 8-11% faster up to 3072
+  // rows (2560 x 4096 19.07 -> 17.06, float32 3072 x 2048 20.35 -> 18.27) and 0-1.8% slower from
+  // 4096 (4096 x 4096 1.012 / 1.011, float32 6144 x 2048 1.006 / 1.013).
   // FP8NORM_TUNE=leanvpt=4: in every grid of many rows whose rows are whole warps of four vectors
   // (at most kLeanVptFourMaxThreads threads; in the fused op with a weight of the input's dtype);
   // leanvpt=1 (or 2 / 3): never (4-vector rows by the rule above). fourres=0: none in the fused op;
   // fourres=1: the fused op's rows by the rule of the op without a residual with normed_out (64..512
-  // threads, any number of rows). fourrows=N: the default rule's row bound N instead of 2048.
+  // threads, any number of rows). fourrows=N: the default rule's row bound N in every band.
   const int64_t four_threads = svec / kLeanVptFour;  // threads of a row
   const bool four_fits = four_warps && sw.row_vec1 != 0 && four_threads <= kLeanVptFourMaxThreads &&
                          lean_four_built(has_residual, weight_is_float, elem_size);
@@ -484,7 +496,13 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   } else if (has_residual && sw.four_res < 0) {
     four_min = kLeanFourResMinThreads;
     four_max = kLeanFourResMaxThreads;
-    four_max_rows = sw.four_rows >= 0 ? sw.four_rows : kLeanFourResMaxRows;
+    if (sw.four_rows >= 0) {
+      four_max_rows = sw.four_rows;
+    } else if (four_threads > kLeanFourResMinThreads) {
+      four_max_rows = kLeanFourResWideMaxRows;
+    } else {
+      four_max_rows = writes_normed ? kLeanFourResMaxRows : kLeanFourResNoNormedMaxRows;
+    }
   }
   const bool lean_four = four_fits && (sw.lean_vpt == kLeanVptFour ||
                                        (sw.lean_vpt == 0 && rows > 2 * wave_vpt1 && rows <= four_max_rows &&
