@@ -241,6 +241,12 @@ def template_int(arg):
     return re.sub(r"\D", "", arg)
 
 
+def template_vpt(kernel, args):
+    """The vectors per thread of a `kernel` launch from its template arguments: row_vec1_kernel's
+    seventh, fused_add_rmsnorm_fp8_block_quant_kernel's fifth."""
+    return template_int(args[6 if kernel == "row_vec1_kernel" else 4])
+
+
 # Lean rows of an odd number of half-warps (bf16 2047 x 1152: 144 vectors, one wave of pairs) run
 # row_vec1_kernel with PAIR (its sixth template argument) with three vectors per thread (VPT, the
 # seventh) by default (the rule: one wave over more than half the CTA slots) and under
@@ -341,7 +347,7 @@ def test_lean_four_fused_rows(switches):
 def test_rows_without_residual_taken(tune, m, h, normed, residual, kernel, vpt):
     args = kernel_template_args(tune, m, h, kernel, normed, residual)
     assert template_bool(args[2]) == ("true" if residual else "false"), args
-    assert template_int(args[6 if kernel == "row_vec1_kernel" else 4]) == vpt, args
+    assert template_vpt(kernel, args) == vpt, args
 
 
 # The fused op (v56) takes lean four rows (row_vec1_kernel, VPT 4, HAS_RES true) in rows of 128..256
@@ -368,7 +374,7 @@ def test_rows_without_residual_taken(tune, m, h, normed, residual, kernel, vpt):
 def test_fused_lean_four_taken(tune, m, h, normed, weight_fp32, kernel, vpt):
     args = kernel_template_args(tune, m, h, kernel, normed, True, weight_fp32)
     assert template_bool(args[2]) == "true", args
-    assert template_int(args[6 if kernel == "row_vec1_kernel" else 4]) == vpt, args
+    assert template_vpt(kernel, args) == vpt, args
 
 
 LAYOUTS = ["kWarpRows", "kHalfWarpRows", "kClusterSlices", "kWarpRowsCta", "kRowVec1"]  # launch.h's order
@@ -401,9 +407,8 @@ def test_plain_one_vector_rows_taken(tune, m, h, layout, hinted):
     (None, 4096, 2048, "fused_add_rmsnorm_fp8_block_quant_kernel", "4"),
     (None, 2048, 3200, "fused_add_rmsnorm_fp8_block_quant_kernel", "4")])
 def test_lean_rows_in_l2_band_taken(tune, m, h, kernel, vpt):
-    # row_vec1_kernel's VPT is its seventh template argument, the other kernel's its fifth
     args = kernel_template_args(tune, m, h, kernel)
-    assert template_int(args[6 if kernel == "row_vec1_kernel" else 4]) == vpt, args
+    assert template_vpt(kernel, args) == vpt, args
 
 
 # One-row CTAs of 2-byte rows of an odd number of half-warps take row_vec1_kernel's FULL kernel
