@@ -290,14 +290,16 @@ LEAN_FOUR_1024_CASES = case_script(False, [
 # weight of the input's dtype): bf16 2047 x 4096 (128 threads, odd M), 1031 x 8192 (256) without
 # normed_out, float16 2048 x 5120 (160) strided, float32 2047 x 2048 (128) and 1031 x 4096 (256)
 # without normed_out; v57: bf16 2561 x 5120 (160 threads, over 2048 rows), 3071 x 4096 (128) strided
-# without normed_out; bf16 1031 x 8192 with a float32 weight takes 4-vector rows. Under leanvpt=4
+# without normed_out; v58: bf16 8193 x 6144 (192 threads, over 6144 rows) without normed_out; bf16
+# 1031 x 8192 with a float32 weight takes 4-vector rows. Under leanvpt=4
 # (every fused grid of many rows of whole warps of four vectors), also 531 x 16384 (512 threads)
 # and 300 x 32768 (1024), and float16 2048 x 5120 with a float32 weight (still 4-vector rows).
 LEAN_FOUR_FUSED_CASES = case_script(True, [
     (torch.bfloat16, 2047, 4096, False, False, 0, "tma"), (torch.bfloat16, 1031, 8192, False, True, 0, "scaled_mm"),
     (torch.float16, 2048, 5120, False, False, 128, "row_major"), (torch.float32, 2047, 2048, False, False, 0, "tma"),
     (torch.float32, 1031, 4096, False, True, 128, "scaled_mm"), (torch.bfloat16, 1031, 8192, True, False, 0, "tma"),
-    (torch.bfloat16, 2561, 5120, False, False, 0, "scaled_mm"), (torch.bfloat16, 3071, 4096, False, True, 128, "row_major")],
+    (torch.bfloat16, 2561, 5120, False, False, 0, "scaled_mm"), (torch.bfloat16, 3071, 4096, False, True, 128, "row_major"),
+    (torch.bfloat16, 8193, 6144, False, True, 0, "tma")],
     forced_cases=[(torch.bfloat16, 531, 16384, False, True, 0, "tma"),
                   (torch.bfloat16, 300, 32768, False, False, 128, "row_major"),
                   (torch.float16, 2048, 5120, True, True, 0, "scaled_mm")])
@@ -353,8 +355,10 @@ def test_rows_without_residual_taken(tune, m, h, normed, residual, kernel, vpt):
 # The fused op (v56) takes lean four rows (row_vec1_kernel, VPT 4, HAS_RES true) in rows of 128..256
 # threads in grids of at most 2048 rows (bf16 1031 x 8192, 2048 x 4096 without normed_out); v57: rows
 # of more than 128 threads up to 6144 rows (6144 x 8192), rows of 128 threads without normed_out up
-# to 3072 (3072 x 4096; 3073 x 4096 in lean rows of two vectors per thread); 4-vector rows
-# (fused_add_rmsnorm_fp8_block_quant_kernel, VPT 4) beyond (6145 x 8192, 8192 x 8192), in longer rows
+# to 3072 (3072 x 4096; 3073 x 4096 in lean rows of two vectors per thread); v58: rows of more than
+# 128 threads without normed_out up to 16384 rows (16384 x 5120; 16385 x 5120 in 4-vector rows);
+# 4-vector rows (fused_add_rmsnorm_fp8_block_quant_kernel, VPT 4) beyond (6145 x 8192, 8192 x 8192
+# with normed_out), in longer rows
 # (2048 x 16384), with a float32 weight (1031 x 8192, also under leanvpt=4) and under fourres=0;
 # fourres=1 takes lean four at 8192 x 8192 too, and so does fourrows=8192 (the row bound), while
 # fourrows=1024 leaves 2048 x 4096 in 4-vector rows.
@@ -363,6 +367,8 @@ def test_rows_without_residual_taken(tune, m, h, normed, residual, kernel, vpt):
     (None, 6144, 8192, True, False, "row_vec1_kernel", "4"),
     (None, 6145, 8192, True, False, "fused_add_rmsnorm_fp8_block_quant_kernel", "4"),
     (None, 3072, 4096, False, False, "row_vec1_kernel", "4"), (None, 3073, 4096, False, False, "row_vec1_kernel", "2"),
+    (None, 16384, 5120, False, False, "row_vec1_kernel", "4"),
+    (None, 16385, 5120, False, False, "fused_add_rmsnorm_fp8_block_quant_kernel", "4"),
     (None, 8192, 8192, True, False, "fused_add_rmsnorm_fp8_block_quant_kernel", "4"),
     (None, 2048, 16384, True, False, "fused_add_rmsnorm_fp8_block_quant_kernel", "4"),
     ("fourres=0", 1031, 8192, True, False, "fused_add_rmsnorm_fp8_block_quant_kernel", "4"),

@@ -123,9 +123,9 @@ const DeviceInfo& device_info(int device) {
 //                              fourres=<0|1> (the fused op's lean four rows: 0 none; 1 by the
 //                              rule of the op without a residual with normed_out, 64..512
 //                              threads, any number of rows; default: 128..256 threads, at most
-//                              2048..6144 rows),
+//                              2048..16384 rows),
 //                              fourrows=N (the fused op's lean four rows by the default rule in
-//                              grids of at most N rows instead of the table's 2048..6144)
+//                              grids of at most N rows instead of the table's 2048..16384)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
@@ -306,7 +306,8 @@ constexpr int64_t kLeanFourResMinThreads = 128;
 constexpr int64_t kLeanFourResMaxThreads = 256;
 constexpr int64_t kLeanFourResMaxRows = 2048;          // rows of 128 threads with normed_out,
 constexpr int64_t kLeanFourResNoNormedMaxRows = 3072;  // without it,
-constexpr int64_t kLeanFourResWideMaxRows = 6144;      // rows of more than 128 threads
+constexpr int64_t kLeanFourResWideMaxRows = 6144;      // rows of more than 128 threads with it,
+constexpr int64_t kLeanFourResWideNoNormedMaxRows = 16384;  // without it
 constexpr int64_t kLeanL2MaxVecs = 384;                  // lean rows in L2 with PDL: see below
 constexpr int64_t kLeanPairMaxThreads = 512;             // two lean rows per CTA: see below
 constexpr int64_t kLeanVptNoNormedMaxL2s = 2;            // three vectors per thread: see below
@@ -458,8 +459,8 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // and 8192 x 24576 2-4% faster, 8192 / 16384 x 32768 4-5% slower, float16 16384 x 32768 1% slower.
   // The fused op (v56): lean four in rows of 128..256 threads (bf16 H 4096..8192, float32
   // 2048..4096) in grids of at most kLeanFourResMaxRows rows (v57: rows of 128 threads without
-  // normed_out kLeanFourResNoNormedMaxRows, rows of more than 128 threads kLeanFourResWideMaxRows),
-  // with a weight of the input's dtype.
+  // normed_out kLeanFourResNoNormedMaxRows, rows of more than 128 threads kLeanFourResWideMaxRows;
+  // v58: those without normed_out kLeanFourResWideNoNormedMaxRows), with a weight of the input's dtype.
   // Same binary, two passes, with PDL, µs, 4-vector rows (2048 x 4096 without normed_out: lean two
   // vectors per thread) -> lean four: bf16 2048 x 4096 18.04 -> 17.31 / 18.05 -> 17.60, 2048 x
   // 5120 24.67 -> 24.06, 2048 x 8192 40.73 -> 40.06 / 40.64 -> 40.28, float16 2048 x 4096 18.10 ->
@@ -478,7 +479,13 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // it (0.918-0.984); rows of 128 threads (bf16 H 4096, float32 2048) 1.6-4.8% slower with
   // normed_out from 2560 rows (2560 x 4096 23.44 -> 24.52), without it 8-11% faster up to 3072
   // rows (2560 x 4096 19.07 -> 17.06, float32 3072 x 2048 20.35 -> 18.27) and 0-1.8% slower from
-  // 4096 (4096 x 4096 1.012 / 1.011, float32 6144 x 2048 1.006 / 1.013).
+  // 4096 (4096 x 4096 1.012 / 1.011, float32 6144 x 2048 1.006 / 1.013). Beyond 6144 rows (v58, the
+  // same A/B, two and three passes): rows of 160..256 threads without normed_out 0.3-2.5% faster
+  // up to 16384 rows (bf16 8192 x 5120 78.04 -> 76.80, 12288 x 6144 138.17 -> 135.07, 8192 x 8192
+  // 122.57 -> 120.79, 16384 x 7168 210.05 -> 208.58, float16 8192 x 7168 108.42 -> 106.36, float32
+  // 8192 x 2560 71.74 -> 70.43, 12288 x 3072 124.64 -> 122.89, 16384 x 2560 138.42 -> 137.00; every
+  // median <= 1.001), level at 32768 rows (32768 x 5120 / 8192 0.993..1.008, float32 32768 x 4096
+  // 0.993..1.012); with normed_out level to 2.2% slower from 8192 rows (16384 x 8192 1.006 / 1.022).
   // FP8NORM_TUNE=leanvpt=4: in every grid of many rows whose rows are whole warps of four vectors
   // (at most kLeanVptFourMaxThreads threads; in the fused op with a weight of the input's dtype);
   // leanvpt=1 (or 2 / 3): never (4-vector rows by the rule above). fourres=0: none in the fused op;
@@ -499,7 +506,7 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
     if (sw.four_rows >= 0) {
       four_max_rows = sw.four_rows;
     } else if (four_threads > kLeanFourResMinThreads) {
-      four_max_rows = kLeanFourResWideMaxRows;
+      four_max_rows = writes_normed ? kLeanFourResWideMaxRows : kLeanFourResWideNoNormedMaxRows;
     } else {
       four_max_rows = writes_normed ? kLeanFourResMaxRows : kLeanFourResNoNormedMaxRows;
     }
