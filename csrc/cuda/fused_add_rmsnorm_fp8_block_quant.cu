@@ -480,12 +480,13 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // normed_out from 2560 rows (2560 x 4096 23.44 -> 24.52), without it 8-11% faster up to 3072
   // rows (2560 x 4096 19.07 -> 17.06, float32 3072 x 2048 20.35 -> 18.27) and 0-1.8% slower from
   // 4096 (4096 x 4096 1.012 / 1.011, float32 6144 x 2048 1.006 / 1.013). Beyond 6144 rows (v58, the
-  // same A/B, two and three passes): rows of 160..256 threads without normed_out 0.3-2.5% faster
+  // same A/B, two and three passes): rows of 160..256 threads without normed_out level to 2.2% faster
   // up to 16384 rows (bf16 8192 x 5120 78.04 -> 76.80, 12288 x 6144 138.17 -> 135.07, 8192 x 8192
   // 122.57 -> 120.79, 16384 x 7168 210.05 -> 208.58, float16 8192 x 7168 108.42 -> 106.36, float32
   // 8192 x 2560 71.74 -> 70.43, 12288 x 3072 124.64 -> 122.89, 16384 x 2560 138.42 -> 137.00; every
   // median <= 1.001), level at 32768 rows (32768 x 5120 / 8192 0.993..1.008, float32 32768 x 4096
-  // 0.993..1.012); with normed_out level to 2.2% slower from 8192 rows (16384 x 8192 1.006 / 1.022).
+  // 0.993..1.012); with normed_out -1.8..+2.2% per pass from 8192 rows, 45 of 67 passes slower
+  // (median +0.3%; 16384 x 8192 1.006 / 1.022), so those keep 6144.
   // FP8NORM_TUNE=leanvpt=4: in every grid of many rows whose rows are whole warps of four vectors
   // (at most kLeanVptFourMaxThreads threads; in the fused op with a weight of the input's dtype);
   // leanvpt=1 (or 2 / 3): never (4-vector rows by the rule above). fourres=0: none in the fused op;
