@@ -358,10 +358,9 @@ def test_rows_without_residual_taken(tune, m, h, normed, residual, kernel, vpt):
 # to 3072 (3072 x 4096; 3073 x 4096 in lean rows of two vectors per thread); v58: rows of more than
 # 128 threads without normed_out up to 16384 rows (16384 x 5120; 16385 x 5120 in 4-vector rows);
 # 4-vector rows (fused_add_rmsnorm_fp8_block_quant_kernel, VPT 4) beyond (6145 x 8192, 8192 x 8192
-# with normed_out), in longer rows
-# (2048 x 16384), with a float32 weight (1031 x 8192, also under leanvpt=4) and under fourres=0;
-# fourres=1 takes lean four at 8192 x 8192 too, and so does fourrows=8192 (the row bound), while
-# fourrows=1024 leaves 2048 x 4096 in 4-vector rows.
+# with normed_out), in longer rows (2048 x 16384), with a float32 weight (1031 x 8192, also under
+# leanvpt=4) and under fourres=0; fourres=1 takes lean four at 8192 x 8192 too, and so does
+# fourrows=8192 (the row bound), while fourrows=1024 leaves 2048 x 4096 in 4-vector rows.
 @pytest.mark.parametrize("tune,m,h,normed,weight_fp32,kernel,vpt", [
     (None, 1031, 8192, True, False, "row_vec1_kernel", "4"), (None, 2048, 4096, False, False, "row_vec1_kernel", "4"),
     (None, 6144, 8192, True, False, "row_vec1_kernel", "4"),
