@@ -125,7 +125,9 @@ const DeviceInfo& device_info(int device) {
 //                              threads, any number of rows; default: 128..256 threads, at most
 //                              2048..16384 rows),
 //                              fourrows=N (the fused op's lean four rows by the default rule in
-//                              grids of at most N rows instead of the table's 2048..16384)
+//                              grids of at most N rows instead of the table's 2048..16384),
+//                              onestride=0 (kRowVec1 one-vector rows form each stream's row
+//                              offset from its own stride even where all four strides are equal)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
@@ -151,6 +153,8 @@ struct Switches {
   int four_res = -1;       // lean four rows in the fused op: -1 by the table's rule, 0 never, 1 by
                            // the rule of the op without a residual (rows of 64..512 threads)
   int four_rows = -1;      // the fused op's lean four rule's row bound: -1 from the table
+  bool one_stride = true;  // kRowVec1 one-vector rows whose four row streams share a row stride
+                           // form one row offset (LaunchConfig::one_stride); false: never
   int lean_vpt = 0;        // lean rows of several vectors per thread: 0 by the table's rules,
                            // 1 never, kLeanVpt / kLeanVptEven that count in every lean grid it
                            // fits and the other never (benchmarks/NOTES.md, v40-41, v47);
@@ -198,6 +202,7 @@ const Switches& switches() {
       s.narrow = std::clamp(tune_value(spec, "narrow", -1), -1, 1);
       s.four_res = std::clamp(tune_value(spec, "fourres", -1), -1, 1);
       s.four_rows = std::max(tune_value(spec, "fourrows", -1), -1);
+      s.one_stride = tune_value(spec, "onestride", 1) != 0;
       s.lean_vpt = tune_value(spec, "leanvpt", s.lean_vpt);
       if (s.lean_vpt != 0 && s.lean_vpt != kLeanVpt && s.lean_vpt != kLeanVptEven && s.lean_vpt != kLeanVptFour)
         s.lean_vpt = 1;
@@ -771,8 +776,11 @@ void run(const RowArgs& a, const at::Tensor& input) {
                        (a.residual == nullptr || aligned_rows(a.residual, a.residual_stride, es, 16)) &&
                        (a.normed == nullptr || aligned_rows(a.normed, a.normed_stride, es, 16)) &&
                        aligned_rows(a.weight, 0, 1, 16) && aligned_rows(a.out, a.out_stride, 1, vec);
-  const LaunchConfig cfg = launch_config(a.rows, a.hidden, es, a.residual != nullptr, a.normed != nullptr, aligned,
-                                         device_info(input.device().index()), switches(), a.weight_is_float);
+  const Switches& sw = switches();
+  LaunchConfig cfg = launch_config(a.rows, a.hidden, es, a.residual != nullptr, a.normed != nullptr, aligned,
+                                   device_info(input.device().index()), sw, a.weight_is_float);
+  cfg.one_stride = sw.one_stride && (a.residual == nullptr || a.residual_stride == a.input_stride) &&
+                   (a.normed == nullptr || a.normed_stride == a.input_stride) && a.out_stride == a.input_stride;
   switch (input.scalar_type()) {
     case at::kBFloat16: launch<__nv_bfloat16>(a, cfg, aligned, stream); break;
     case at::kHalf: launch<__half>(a, cfg, aligned, stream); break;

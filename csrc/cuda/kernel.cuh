@@ -886,11 +886,16 @@ __device__ __forceinline__ void store_lean_block_scale(const RowArgs& a, const T
 // threads with 16 idle lanes, or 288 threads of 8-byte vectors, 9 whole warps; FULL, one vector
 // per thread; launch_config's rule): 4 elements per thread, a 1x128 block one warp, the same
 // arithmetic per thread as float32's 16-byte vectors.
-template <typename T, typename W, bool HAS_RES, bool HINTED, bool FULL, bool PAIR = false, int VPT = 1, int VB = 16>
+// ONE_STRIDE: input, residual, normed_out and out have the same row stride in elements
+// (LaunchConfig::one_stride: contiguous calls, or rows padded alike), so one row offset serves
+// all four: one 64-bit product instead of four (one-vector rows of one CTA only).
+template <typename T, typename W, bool HAS_RES, bool HINTED, bool FULL, bool PAIR = false, int VPT = 1, int VB = 16,
+          bool ONE_STRIDE = false>
 __global__ void __launch_bounds__(VPT > 1 ? lean_vpt_max_threads(VPT) : max_threads_per_cta(1),
                                   VPT > 1 ? lean_vpt_min_ctas(VPT) : FP8NORM_LEAN_MIN_CTAS)
     row_vec1_kernel(const RowArgs a, const TileShape s) {
   static_assert(!(PAIR && FULL), "two rows per CTA keep the row predicate (the grid's last row may be past M)");
+  static_assert(!ONE_STRIDE || (VPT == 1 && !PAIR && VB == 16), "one row stride: one-vector one-row CTAs");
   static_assert(VPT == 1 || !FULL, "several vectors per thread: lean rows of grids of many rows (not FULL)");
   static_assert(VB == 16 || (VB == kNarrowVecBytes && sizeof(T) == 2 && FULL && VPT == 1),
                 "narrow vectors: one-row CTAs of 2-byte rows of whole warps");
@@ -913,8 +918,10 @@ __global__ void __launch_bounds__(VPT > 1 ? lean_vpt_max_threads(VPT) : max_thre
   const int64_t row = PAIR ? 2 * static_cast<int64_t>(row_group_index<Layout::kWarpRows>()) + threadIdx.y
                            : static_cast<int64_t>(row_group_index<Layout::kWarpRows>());
   const bool valid = FULL || (PAIR ? row < a.rows : static_cast<unsigned>(tx) < static_cast<unsigned>(a.hidden) / (VEC * VPT));  // H < 2^31
-  const T* in = row_start<true>(static_cast<const T*>(a.input) + row * a.input_stride);
-  T* res = HAS_RES ? row_start<true>(static_cast<T*>(a.residual) + row * a.residual_stride) : nullptr;
+  const int64_t in_off = row * a.input_stride;
+  const T* in = row_start<true>(static_cast<const T*>(a.input) + in_off);
+  T* res = HAS_RES ? row_start<true>(static_cast<T*>(a.residual) + (ONE_STRIDE ? in_off : row * a.residual_stride))
+                   : nullptr;
   // The L2 prefetch of the rows further on (see the kernel above; one-tile rows: no tile
   // prefetch). Its addresses from this row's pointers, so that ptxas forms those before the PDL
   // wait, as in the kernel above (formed after the wait in the first build: decode times level
@@ -924,7 +931,9 @@ __global__ void __launch_bounds__(VPT > 1 ? lean_vpt_max_threads(VPT) : max_thre
   if (tx == 0 && s.prefetch_ctas > 0 && row + s.prefetch_ctas * kRows < a.rows) {
     const uint32_t bytes = static_cast<uint32_t>(a.hidden * sizeof(T));
     prefetch_to_l2(in + s.prefetch_ctas * kRows * a.input_stride, bytes);
-    if constexpr (HAS_RES) prefetch_to_l2(res + s.prefetch_ctas * kRows * a.residual_stride, bytes);
+    if constexpr (HAS_RES) {
+      prefetch_to_l2(res + s.prefetch_ctas * kRows * (ONE_STRIDE ? a.input_stride : a.residual_stride), bytes);
+    }
   }
 
   wait_previous_grid(s.release_early);
@@ -987,9 +996,20 @@ __global__ void __launch_bounds__(VPT > 1 ? lean_vpt_max_threads(VPT) : max_thre
     for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
     if ((tx & 31) == 0) red[tx >> 5] = acc;
     __syncthreads();
+#if FP8NORM_EXP_GROUP_BFLY
+    const int nw = static_cast<int>(blockDim.x >> 5);
+    const int group = nw == 1 ? 1 : 1 << (32 - __clz(nw - 1));
+    const int w_idx = tx & (group - 1);
+    sum_sq = w_idx < nw ? red[w_idx] : 0.0;
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+      if (off < group) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, off);
+    }
+#else
     sum_sq = (tx & 31) < static_cast<int>(blockDim.x >> 5) ? red[tx & 31] : 0.0;
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, off);
+#endif
   }
   const float rstd = rstd_from_sum_of_squares_device(sum_sq, s.inv_hidden, a.eps);
 
@@ -1002,12 +1022,15 @@ __global__ void __launch_bounds__(VPT > 1 ? lean_vpt_max_threads(VPT) : max_thre
     float g[VEC];
     const uint32_t amax = normalize_vec(sv[0], wv[0], rstd, nv, g);
     if (valid && a.normed != nullptr) {
-      store<true, kOnce>(vec_at<VEC>(row_start<true>(static_cast<T*>(a.normed) + row * a.normed_stride), tx), nv);
+      store<true, kOnce>(vec_at<VEC>(row_start<true>(static_cast<T*>(a.normed) +
+                                                     (ONE_STRIDE ? in_off : row * a.normed_stride)),
+                                     tx),
+                         nv);
     }
     uint32_t words[VEC / 4];
     const float scale = quantize_vec<VEC, LPB, false>(g, amax, a.ue8m0, words);
     if (valid) {
-      uint8_t* out = row_start<true>(static_cast<uint8_t*>(a.out) + row * a.out_stride);
+      uint8_t* out = row_start<true>(static_cast<uint8_t*>(a.out) + (ONE_STRIDE ? in_off : row * a.out_stride));
       store_fp8<true, VEC, kOnce>(vec_at<VEC>(out, tx), words);
       if (tx % LPB == 0) store_lean_block_scale<HINTED>(a, s, row, tx / LPB, scale);
     }
@@ -1143,6 +1166,10 @@ void launch_one(const RowArgs& a, const LaunchConfig& cfg, cudaStream_t stream) 
         if (vpt3) return row_vec1_kernel<T, W, HAS_RES, HINTED, false, false, kLeanVpt>;
       }
       TORCH_CHECK(!vpt3, "fp8norm: 2-byte lean rows of three vectors per thread come in pairs");
+      if (cfg.one_stride) {
+        return cfg.full_rows ? row_vec1_kernel<T, W, HAS_RES, HINTED, true, false, 1, 16, true>
+                             : row_vec1_kernel<T, W, HAS_RES, HINTED, false, false, 1, 16, true>;
+      }
       return cfg.full_rows ? row_vec1_kernel<T, W, HAS_RES, HINTED, true> : row_vec1_kernel<T, W, HAS_RES, HINTED, false>;
     } else {
       return fused_add_rmsnorm_fp8_block_quant_kernel<T, W, HAS_RES, ALIGNED, VPT, L, HINTED>;
