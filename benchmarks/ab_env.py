@@ -1,5 +1,6 @@
 """Same-binary A/B of launch switches: groups of shapes, each timed with two environments (A, B)
-alternating within every pass, so both sides see the same machine state; medians and B / A,
+alternating within every pass (A first in even passes, B first in odd ones), so both sides see
+the same machine state; medians and B / A,
 of the op with and without normed_out.
 
     python benchmarks/ab_env.py OUT.json PASSES 'name;dtype;MxH,...;ENV_A;ENV_B[;BENCH_ARGS]' ...
@@ -41,9 +42,12 @@ def main():
     records, failures = {}, 0
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = os.path.join(tmpdir, "run.json")
-        for _ in range(passes):
+        for p in range(passes):
             for name, dtype, shapes, env_a, env_b, *extra in groups:
-                for side, spec in (("A", env_a), ("B", env_b)):
+                # A then B in even passes, B then A in odd ones: a bias of the second run of a
+                # pair (or of the first) falls on both sides alike.
+                sides = (("A", env_a), ("B", env_b)) if p % 2 == 0 else (("B", env_b), ("A", env_a))
+                for side, spec in sides:
                     run = subprocess.run([sys.executable, BENCH, "--shapes", shapes, "--dtype", dtype,
                                           "--skip-eager", "--skip-compile", "--json", tmp,
                                           *(extra[0].split() if extra else [])],
