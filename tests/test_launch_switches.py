@@ -10,8 +10,9 @@ CTAs or every CTA), the block-scale stores with the L2 line policy (evict_last, 
 a short grid or without it, grids of many rows in lean one-vector rows or in 4-vector rows only,
 and lean rows of whole warps in the kernel for rows with idle lanes or in their own one in every
 launch, lean rows of an odd number of half-warps two per CTA (the default) or one, lean rows
-of three vectors per thread in every lean grid or in none, and one-row CTAs of 2-byte rows of an
-odd number of half-warps in 16-byte vectors or in 8-byte ones in every grid.
+of three vectors per thread in every lean grid or in none, one-row CTAs of 2-byte rows of an
+odd number of half-warps in 16-byte vectors or in 8-byte ones in every grid, and one-vector
+one-row CTAs forming each stream's row offset from its own stride where all four are equal.
 Each case is checked against the full contract."""
 import os
 import re
@@ -84,6 +85,8 @@ SWITCHES = [
                                                  # thread in every lean grid (2048 x 2048, 2048 x
                                                  # 1024; default: without normed_out by
                                                  # launch_config's rule, 2048 x 2048 below)
+    {"FP8NORM_TUNE": "onestride=0"},             # one-vector one-row CTAs: each stream's row from its
+                                                 # own stride where all four strides are equal too
     {"FP8NORM_TUNE": "leanvpt=4"},               # lean rows of whole warps of 4 vectors per thread
                                                  # without a residual in every grid of many rows
                                                  # (2048 x 1024: 32 threads, float32 64; default:
@@ -185,7 +188,8 @@ def test_lean_four_wide_rows(switches):
 
 # Which kernel a launch takes, read from the profiler's kernel names (the script's arguments: M,
 # H, 1 to write normed_out or 0 not to, 1 for the fused op or 0 for the op without a residual,
-# and 1 for a float32 weight or 0 for bf16; bf16 input).
+# 1 for a float32 weight or 0 for bf16, and 1 for input rows 128 elements apart beyond H (the
+# other streams contiguous) or 0 for a contiguous input; bf16 input).
 KERNEL_NAMES = """
 import sys
 import torch
@@ -193,8 +197,8 @@ from torch.profiler import ProfilerActivity, profile
 import torch_fp8norm
 from torch_fp8norm.ops import block_scale_layout_strides
 m, h = int(sys.argv[1]), int(sys.argv[2])
-x = torch.randn(m, h, device="cuda", dtype=torch.bfloat16)
-r = torch.randn_like(x)
+x = torch.randn(m, h + 128 * int(sys.argv[6]), device="cuda", dtype=torch.bfloat16)[:, :h]
+r = torch.randn(m, h, device="cuda", dtype=torch.bfloat16)
 w = torch.randn(h, device="cuda", dtype=torch.float32 if sys.argv[5] == "1" else torch.bfloat16)
 out = torch.empty(m, h, device="cuda", dtype=torch.float8_e4m3fn)
 scale = torch.empty_strided((m, h // 128), block_scale_layout_strides(m), device="cuda", dtype=torch.float32)
@@ -213,17 +217,18 @@ print("\\n".join(sorted({e.name for e in prof.events() if "fp8norm" in e.name}))
 """
 
 
-def kernel_template_args(tune, m, h, kernel, normed=True, residual=True, weight_fp32=False):
+def kernel_template_args(tune, m, h, kernel, normed=True, residual=True, weight_fp32=False, input_padded=False):
     """The template arguments of the one `kernel` launch of the op on bf16 m x h, with PDL, under
     FP8NORM_TUNE=tune (None: the table), writing normed_out or (normed=False) not; the fused op,
-    or (residual=False) the op without a residual; a bf16 weight, or (weight_fp32) a float32 one."""
+    or (residual=False) the op without a residual; a bf16 weight, or (weight_fp32) a float32 one;
+    a contiguous input, or (input_padded) one whose rows are H + 128 elements apart."""
     env = dict(os.environ)
     env.pop("FP8NORM_TUNE", None)
     env.pop("FP8NORM_PDL", None)
     if tune is not None:
         env["FP8NORM_TUNE"] = tune
     proc = subprocess.run([sys.executable, "-c", KERNEL_NAMES, str(m), str(h), str(int(normed)), str(int(residual)),
-                           str(int(weight_fp32))], env=env,
+                           str(int(weight_fp32)), str(int(input_padded))], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     names = [n for n in proc.stdout.splitlines() if kernel + "<" in n]
@@ -434,3 +439,19 @@ def test_narrow_vectors_taken(tune, m, h, full, vb):
     # row_vec1_kernel<T, W, HAS_RES, HINTED, FULL, PAIR, VPT, VB>(...)
     args = kernel_template_args(tune, m, h, "row_vec1_kernel")
     assert (template_bool(args[4]), template_bool(args[5]), template_int(args[7])) == (full, "false", vb), args
+
+
+# One-vector one-row CTAs (row_vec1_kernel with one vector per thread, 16-byte vectors) form one
+# row offset for input, residual, normed_out and out (ONE_STRIDE, the ninth template argument)
+# where the four share a row stride and the call writes normed_out: bf16 128 x 4096 (FULL, one
+# wave), 2048 x 2048 (lean rows with the `valid` predicate) and the op without a residual; not
+# without normed_out, not with an input of its own stride, not under onestride=0.
+@pytest.mark.parametrize("tune,m,h,normed,residual,input_padded,one", [
+    (None, 128, 4096, True, True, False, "true"), (None, 2048, 2048, True, True, False, "true"),
+    (None, 128, 4096, True, False, False, "true"), (None, 128, 4096, False, True, False, "false"),
+    (None, 128, 4096, True, True, True, "false"), ("onestride=0", 128, 4096, True, True, False, "false")])
+def test_one_row_offset_taken(tune, m, h, normed, residual, input_padded, one):
+    # row_vec1_kernel<T, W, HAS_RES, HINTED, FULL, PAIR, VPT, VB, ONE_STRIDE>(...)
+    args = kernel_template_args(tune, m, h, "row_vec1_kernel", normed=normed, residual=residual,
+                                input_padded=input_padded)
+    assert (template_int(args[6]), template_int(args[7]), template_bool(args[8])) == ("1", "16", one), args

@@ -127,7 +127,8 @@ const DeviceInfo& device_info(int device) {
 //                              fourrows=N (the fused op's lean four rows by the default rule in
 //                              grids of at most N rows instead of the table's 2048..16384),
 //                              onestride=0 (kRowVec1 one-vector rows form each stream's row
-//                              offset from its own stride even where all four strides are equal)
+//                              offset from its own stride even where all four strides are equal;
+//                              default: one offset where they are, in calls writing normed_out)
 struct Switches {
   bool pdl = true;
   int slice_vecs = 128;  // decode split: aim for at most this many vectors per CTA
@@ -154,7 +155,8 @@ struct Switches {
                            // the rule of the op without a residual (rows of 64..512 threads)
   int four_rows = -1;      // the fused op's lean four rule's row bound: -1 from the table
   bool one_stride = true;  // kRowVec1 one-vector rows whose four row streams share a row stride
-                           // form one row offset (LaunchConfig::one_stride); false: never
+                           // form one row offset in calls writing normed_out
+                           // (LaunchConfig::one_stride); false: never
   int lean_vpt = 0;        // lean rows of several vectors per thread: 0 by the table's rules,
                            // 1 never, kLeanVpt / kLeanVptEven that count in every lean grid it
                            // fits and the other never (benchmarks/NOTES.md, v40-41, v47);
@@ -779,8 +781,15 @@ void run(const RowArgs& a, const at::Tensor& input) {
   const Switches& sw = switches();
   LaunchConfig cfg = launch_config(a.rows, a.hidden, es, a.residual != nullptr, a.normed != nullptr, aligned,
                                    device_info(input.device().index()), sw, a.weight_is_float);
-  cfg.one_stride = sw.one_stride && (a.residual == nullptr || a.residual_stride == a.input_stride) &&
-                   (a.normed == nullptr || a.normed_stride == a.input_stride) && a.out_stride == a.input_stride;
+  // One row offset for the four row streams (kRowVec1 one-vector rows; LaunchConfig::one_stride)
+  // where they share a row stride, only in calls that write normed_out: same binary against
+  // onestride=0, bf16, four passes in alternating order (an A/A control within 0.9%), with
+  // normed_out with PDL 1 x 2048 -2.0%, 128 x 4096 -1.4%, 2048 x 2048 -1.1%, 128 x 8192 -0.6%,
+  // without PDL 1 x 2048 / 1 x 4096 -2.8%, 128 x 2048 / 4096 -1.3%; without normed_out (one
+  // product saved instead of three) level to 1.6% slower (128 x 2048 +1.6%, 128 x 8192 +1.2%
+  // with PDL), so those calls keep the per-stream strides (benchmarks/NOTES.md, v59).
+  cfg.one_stride = sw.one_stride && a.normed != nullptr && a.normed_stride == a.input_stride &&
+                   (a.residual == nullptr || a.residual_stride == a.input_stride) && a.out_stride == a.input_stride;
   switch (input.scalar_type()) {
     case at::kBFloat16: launch<__nv_bfloat16>(a, cfg, aligned, stream); break;
     case at::kHalf: launch<__half>(a, cfg, aligned, stream); break;

@@ -887,8 +887,10 @@ __device__ __forceinline__ void store_lean_block_scale(const RowArgs& a, const T
 // per thread; launch_config's rule): 4 elements per thread, a 1x128 block one warp, the same
 // arithmetic per thread as float32's 16-byte vectors.
 // ONE_STRIDE: input, residual, normed_out and out have the same row stride in elements
-// (LaunchConfig::one_stride: contiguous calls, or rows padded alike), so one row offset serves
-// all four: one 64-bit product instead of four (one-vector rows of one CTA only).
+// (LaunchConfig::one_stride: contiguous calls, or rows padded alike, writing normed_out), so one
+// row offset serves all four: one 64-bit product (row x stride) instead of four, 7 fewer
+// instructions in the bf16 kernel with a residual (one-vector one-row CTAs of 16-byte vectors
+// only; 1-3% faster at decode with normed_out, benchmarks/NOTES.md v59).
 template <typename T, typename W, bool HAS_RES, bool HINTED, bool FULL, bool PAIR = false, int VPT = 1, int VB = 16,
           bool ONE_STRIDE = false>
 __global__ void __launch_bounds__(VPT > 1 ? lean_vpt_max_threads(VPT) : max_threads_per_cta(1),
@@ -996,20 +998,9 @@ __global__ void __launch_bounds__(VPT > 1 ? lean_vpt_max_threads(VPT) : max_thre
     for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
     if ((tx & 31) == 0) red[tx >> 5] = acc;
     __syncthreads();
-#if FP8NORM_EXP_GROUP_BFLY
-    const int nw = static_cast<int>(blockDim.x >> 5);
-    const int group = nw == 1 ? 1 : 1 << (32 - __clz(nw - 1));
-    const int w_idx = tx & (group - 1);
-    sum_sq = w_idx < nw ? red[w_idx] : 0.0;
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) {
-      if (off < group) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, off);
-    }
-#else
     sum_sq = (tx & 31) < static_cast<int>(blockDim.x >> 5) ? red[tx & 31] : 0.0;
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) sum_sq += __shfl_xor_sync(0xFFFFFFFFu, sum_sq, off);
-#endif
   }
   const float rstd = rstd_from_sum_of_squares_device(sum_sq, s.inv_hidden, a.eps);
 

@@ -137,9 +137,9 @@ struct LaunchConfig {
   int vec_bytes = 16;     // Layout::kRowVec1 FULL one-row CTAs: bytes of the row per thread (16,
                           // or kNarrowVecBytes in 2-byte types: threads_x twice the row's 16-byte
                           // vectors; launch_config's rule)
-  bool one_stride = false;  // input, residual, normed_out and out have one row stride in
-                           // elements: Layout::kRowVec1 one-vector one-row CTAs (16-byte vectors)
-                           // form one row offset for all four (run() sets it; onestride=0: never)
+  bool one_stride = false;  // input, residual, normed_out (written) and out have one row stride
+                           // in elements: Layout::kRowVec1 one-vector one-row CTAs (16-byte
+                           // vectors) form one row offset for all four (run()'s rule)
   bool hinted = true;     // streaming / read-only cache hints on the 16-byte accesses; false:
                           // plain accesses (compiled for aligned rows of one CTA only: other
                           // kernels keep their hints)
