@@ -920,10 +920,11 @@ __global__ void __launch_bounds__(VPT > 1 ? lean_vpt_max_threads(VPT) : max_thre
   const int64_t row = PAIR ? 2 * static_cast<int64_t>(row_group_index<Layout::kWarpRows>()) + threadIdx.y
                            : static_cast<int64_t>(row_group_index<Layout::kWarpRows>());
   const bool valid = FULL || (PAIR ? row < a.rows : static_cast<unsigned>(tx) < static_cast<unsigned>(a.hidden) / (VEC * VPT));  // H < 2^31
+  // A row stream's offset to this row, in elements, from its row stride (ONE_STRIDE: the input's).
   const int64_t in_off = row * a.input_stride;
+  const auto row_off = [&](int64_t stride) { return ONE_STRIDE ? in_off : row * stride; };
   const T* in = row_start<true>(static_cast<const T*>(a.input) + in_off);
-  T* res = HAS_RES ? row_start<true>(static_cast<T*>(a.residual) + (ONE_STRIDE ? in_off : row * a.residual_stride))
-                   : nullptr;
+  T* res = HAS_RES ? row_start<true>(static_cast<T*>(a.residual) + row_off(a.residual_stride)) : nullptr;
   // The L2 prefetch of the rows further on (see the kernel above; one-tile rows: no tile
   // prefetch). Its addresses from this row's pointers, so that ptxas forms those before the PDL
   // wait, as in the kernel above (formed after the wait in the first build: decode times level
@@ -933,9 +934,7 @@ __global__ void __launch_bounds__(VPT > 1 ? lean_vpt_max_threads(VPT) : max_thre
   if (tx == 0 && s.prefetch_ctas > 0 && row + s.prefetch_ctas * kRows < a.rows) {
     const uint32_t bytes = static_cast<uint32_t>(a.hidden * sizeof(T));
     prefetch_to_l2(in + s.prefetch_ctas * kRows * a.input_stride, bytes);
-    if constexpr (HAS_RES) {
-      prefetch_to_l2(res + s.prefetch_ctas * kRows * (ONE_STRIDE ? a.input_stride : a.residual_stride), bytes);
-    }
+    if constexpr (HAS_RES) prefetch_to_l2(res + s.prefetch_ctas * kRows * a.residual_stride, bytes);
   }
 
   wait_previous_grid(s.release_early);
@@ -1013,15 +1012,12 @@ __global__ void __launch_bounds__(VPT > 1 ? lean_vpt_max_threads(VPT) : max_thre
     float g[VEC];
     const uint32_t amax = normalize_vec(sv[0], wv[0], rstd, nv, g);
     if (valid && a.normed != nullptr) {
-      store<true, kOnce>(vec_at<VEC>(row_start<true>(static_cast<T*>(a.normed) +
-                                                     (ONE_STRIDE ? in_off : row * a.normed_stride)),
-                                     tx),
-                         nv);
+      store<true, kOnce>(vec_at<VEC>(row_start<true>(static_cast<T*>(a.normed) + row_off(a.normed_stride)), tx), nv);
     }
     uint32_t words[VEC / 4];
     const float scale = quantize_vec<VEC, LPB, false>(g, amax, a.ue8m0, words);
     if (valid) {
-      uint8_t* out = row_start<true>(static_cast<uint8_t*>(a.out) + (ONE_STRIDE ? in_off : row * a.out_stride));
+      uint8_t* out = row_start<true>(static_cast<uint8_t*>(a.out) + row_off(a.out_stride));
       store_fp8<true, VEC, kOnce>(vec_at<VEC>(out, tx), words);
       if (tx % LPB == 0) store_lean_block_scale<HINTED>(a, s, row, tx / LPB, scale);
     }
