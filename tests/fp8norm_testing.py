@@ -185,6 +185,11 @@ class Case:
     layout: str = "tma"         # block_scale layout (.out only)
     normed_none: bool = False   # .out with normed_out=None
     eps: float = 1e-6
+    pads: Optional[dict] = None  # per row stream ("input", "residual", "normed", "out"): its own
+                                 # extra elements per row instead of `pad` (missing: 0)
+
+    def pad_of(self, stream: str) -> int:
+        return self.pad if self.pads is None else self.pads.get(stream, 0)
 
 
 def make_inputs(c: Case, gen: Optional[torch.Generator] = None, values=None):
@@ -197,11 +202,11 @@ def make_inputs(c: Case, gen: Optional[torch.Generator] = None, values=None):
         return torch.randn(*shape, generator=gen, device=gen.device)
 
     row_scale = torch.exp(randn(c.m, 1) * 2)
-    x = rows_view(c.m, c.h, c.dtype, c.device, c.pad)
+    x = rows_view(c.m, c.h, c.dtype, c.device, c.pad_of("input"))
     x.copy_(randn(c.m, c.h) * row_scale)
     r = None
     if c.fused:
-        r = rows_view(c.m, c.h, c.dtype, c.device, c.pad)
+        r = rows_view(c.m, c.h, c.dtype, c.device, c.pad_of("residual"))
         r.copy_(randn(c.m, c.h) * row_scale)
     if values is not None:
         values(x, r)
@@ -211,10 +216,10 @@ def make_inputs(c: Case, gen: Optional[torch.Generator] = None, values=None):
 
 def out_buffers(c: Case):
     """Poisoned outputs of a .out call for a case: out and normed_out (None if c.normed_none) with
-    rows padded by c.pad, block_scale in c.layout."""
-    out = poison_(rows_view(c.m, c.h, torch.float8_e4m3fn, c.device, c.pad))
+    rows padded by c.pad (or c.pads), block_scale in c.layout."""
+    out = poison_(rows_view(c.m, c.h, torch.float8_e4m3fn, c.device, c.pad_of("out")))
     s = poison_(scale_buffer(c.m, c.h, c.layout, c.device))
-    n = None if c.normed_none else poison_(rows_view(c.m, c.h, c.dtype, c.device, c.pad))
+    n = None if c.normed_none else poison_(rows_view(c.m, c.h, c.dtype, c.device, c.pad_of("normed")))
     return out, s, n
 
 
