@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs tests/gpu/sanitize_cases.py under compute-sanitizer with memcheck, racecheck, initcheck
-# and synccheck (TOOLS="..." to choose). One log, $OUT/sanitize.log (or ./sanitize-out/), with a
-# section per tool and launch setting. Exit status 0 only if every tool reported zero errors
-# and every case met the contract.
+# and synccheck (TOOLS="..." to choose), each with the launch settings below; SETTINGS="tool|env;..."
+# runs just those pairs instead (env: VAR=value ... or empty for the default launch table; e.g.
+# SETTINGS="memcheck|;racecheck|FP8NORM_TUNE=leanvpt=4"). One log, $OUT/sanitize.log (or
+# ./sanitize-out/), with a section per tool and launch setting; a summary per pair on stdout.
+# Exit status 0 only if every tool reported zero errors and every case met the contract.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-sanitize-out}
@@ -31,23 +33,31 @@ status=0
 # racecheck also with plain accesses and 4 vectors per thread (the plain kWarpRows kernel's
 # per-row barriers: __syncwarp for rows of one warp, named barriers for rows of several), and
 # with plain accesses alone (1-vector rows, one or several per CTA, in Layout::kWarpRowsCta).
-for tool in ${TOOLS:-memcheck racecheck initcheck synccheck}; do
-  settings=("")
-  case $tool in memcheck|racecheck) settings+=("FP8NORM_TUNE=cluster=3,vpt=1 FP8NORM_PDL=0"
-                                              "FP8NORM_TUNE=rowvec1=1,prefetch=1" "FP8NORM_TUNE=leanvpt=3"
-                                              "FP8NORM_TUNE=leanvpt=2" "FP8NORM_TUNE=leanvpt=4") ;; esac
-  case $tool in racecheck) settings+=("FP8NORM_TUNE=hints=0,vpt=4" "FP8NORM_TUNE=hints=0") ;; esac
-  case $tool in memcheck) settings+=("FP8NORM_TUNE=prefetch=1,cta=1024,tiles=1" "FP8NORM_TUNE=threads=64,stash=0"
-                                    "FP8NORM_TUNE=slice=0" "FP8NORM_TUNE=weight=2,release=0" "FP8NORM_TUNE=hints=0"
-                                    "FP8NORM_TUNE=hints=1,demote=1" "FP8NORM_TUNE=hints=1,demote=1,lean=512") ;; esac
-  for setting in "${settings[@]}"; do
-    echo "===== compute-sanitizer --tool $tool ${setting:-(default launch table)}" >> "$log"
-    env $setting compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tests/gpu/sanitize_cases.py > "$out/.tool.log" 2>&1
-    rc=$?
-    cat "$out/.tool.log" >> "$log" && rm -f "$out/.tool.log"
-    echo "== $tool ${setting:-(default launch table)}: exit $rc"
-    sed -n "/===== compute-sanitizer --tool $tool ${setting:-(default launch table)}/,\$p" "$log" | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|sanitize_cases:|Error" | tail -3
-    [ "$rc" -eq 0 ] || status=1
+pairs=()  # "tool|setting"
+if [ -n "${SETTINGS:-}" ]; then
+  IFS=';' read -ra pairs <<< "$SETTINGS"
+else
+  for tool in ${TOOLS:-memcheck racecheck initcheck synccheck}; do
+    settings=("")
+    case $tool in memcheck|racecheck) settings+=("FP8NORM_TUNE=cluster=3,vpt=1 FP8NORM_PDL=0"
+                                                "FP8NORM_TUNE=rowvec1=1,prefetch=1" "FP8NORM_TUNE=leanvpt=3"
+                                                "FP8NORM_TUNE=leanvpt=2" "FP8NORM_TUNE=leanvpt=4") ;; esac
+    case $tool in racecheck) settings+=("FP8NORM_TUNE=hints=0,vpt=4" "FP8NORM_TUNE=hints=0") ;; esac
+    case $tool in memcheck) settings+=("FP8NORM_TUNE=prefetch=1,cta=1024,tiles=1" "FP8NORM_TUNE=threads=64,stash=0"
+                                      "FP8NORM_TUNE=slice=0" "FP8NORM_TUNE=weight=2,release=0" "FP8NORM_TUNE=hints=0"
+                                      "FP8NORM_TUNE=hints=1,demote=1" "FP8NORM_TUNE=hints=1,demote=1,lean=512") ;; esac
+    for setting in "${settings[@]}"; do pairs+=("$tool|$setting"); done
   done
+fi
+for pair in "${pairs[@]}"; do
+  tool=${pair%%|*}
+  setting=${pair#*|}
+  echo "===== compute-sanitizer --tool $tool ${setting:-(default launch table)}" >> "$log"
+  env $setting compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tests/gpu/sanitize_cases.py > "$out/.tool.log" 2>&1
+  rc=$?
+  cat "$out/.tool.log" >> "$log" && rm -f "$out/.tool.log"
+  echo "== $tool ${setting:-(default launch table)}: exit $rc"
+  sed -n "/===== compute-sanitizer --tool $tool ${setting:-(default launch table)}/,\$p" "$log" | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|sanitize_cases:|Error" | tail -3
+  [ "$rc" -eq 0 ] || status=1
 done
 exit $status
