@@ -455,3 +455,18 @@ def test_one_row_offset_taken(tune, m, h, normed, residual, input_padded, one):
     args = kernel_template_args(tune, m, h, "row_vec1_kernel", normed=normed, residual=residual,
                                 input_padded=input_padded)
     assert (template_int(args[6]), template_int(args[7]), template_bool(args[8])) == ("1", "16", one), args
+
+
+# Lean rows of whole warps (row_vec1_kernel in grids of many rows) take the FULL kernel (no
+# `valid` predicate, the fifth template argument) where the call's buffers take the plain-access
+# band of L2 (v60: bf16 2048 x 2048, 1024 x 4096, the op without normed_out too) and the kernel
+# with the predicate where the call is hinted (16384 x 2048, beyond L2); full=0 / full=1 force
+# either.
+@pytest.mark.parametrize("tune,m,h,normed,full", [
+    (None, 2048, 2048, True, "true"), (None, 1024, 4096, True, "true"), (None, 2048, 1024, False, "true"),
+    (None, 16384, 2048, True, "false"), ("full=0", 2048, 2048, True, "false"), ("full=1", 16384, 2048, True, "true")])
+def test_full_lean_rows_in_plain_band_taken(tune, m, h, normed, full):
+    # row_vec1_kernel<T, W, HAS_RES, HINTED, FULL, PAIR, VPT, VB, ONE_STRIDE>(...)
+    args = kernel_template_args(tune, m, h, "row_vec1_kernel", normed=normed)
+    assert (template_bool(args[3]), template_bool(args[4]), template_int(args[6])) == (
+        "true" if m == 16384 else "false", full, "1"), args

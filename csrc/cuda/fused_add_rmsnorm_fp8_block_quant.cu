@@ -108,7 +108,7 @@ const DeviceInfo& device_info(int device) {
 //                              full=0 / 1 (Layout::kRowVec1 rows of whole warps in the kernel
 //                              for rows with idle lanes, with its `valid` predicate / in their
 //                              own FULL kernel, without it, in every launch; default: FULL
-//                              except the lean rows of grids of many rows),
+//                              except the hinted lean rows of grids of many rows),
 //                              pair=0 (lean rows of an odd number of half-warps one per CTA,
 //                              with idle lanes, instead of two per CTA),
 //                              narrow=<0|1> (one-row CTAs of 2-byte rows of an odd number of
@@ -732,7 +732,15 @@ LaunchConfig launch_config(int64_t rows, int64_t hidden, int64_t elem_size, bool
   // 2.08 (-3.2%); level (within the runs' spread) at 1 x 4096 and float32 1 / 128 x 1152. But in
   // lean grids of many rows 0.3-1.2% slower (16384 x 4096 152.2 -> 153.8, 4096 x 4096 39.0 ->
   // 39.4 / 39.7 -> 40.1 without PDL, 16384 x 2048 76.6 -> 77.0).
-  c.full_rows = (sw.full_rows >= 0 ? sw.full_rows == 1 : !lean) && whole_warps && !c.pair_rows;
+  // v60: in the plain-access band (the call's buffers 1.5 MiB .. 72% of L2: !c.hinted) the lean
+  // rows of grids of many rows take FULL too. Same binary, full=0 (the old rule there) against
+  // the table, three passes in alternating order (h200_ab_v60_b.json; A/A 0.987-1.019 per pass),
+  // µs, bf16 with PDL: 1024 x 4096 7.50 -> 7.25 (-3.3%, 3/3 passes), 2048 x 2048 7.23 -> 7.14
+  // (-1.3%), 512 x 4096 -0.6%, 1536 x 2048 / 3072 x 2048 / 2048 x 3072 level, 2048 x 1024 +0.7%;
+  // without normed_out 512 x 4096 4.38 -> 4.22 (-3.7%), 1536 x 2048 -3.6%, 2048 x 1024 -1.5%,
+  // others level; without PDL 1024 x 4096 -2.1%, 2048 x 2048 -0.9%; float32 512 x 2048 -1.8%
+  // (-3.0% without normed_out). 16384 x 2048 (hinted: unchanged) 1.002.
+  c.full_rows = (sw.full_rows >= 0 ? sw.full_rows == 1 : !lean || !c.hinted) && whole_warps && !c.pair_rows;
   // Narrow vectors: one-row CTAs of one-vector 2-byte rows of an odd number of half-warps (an odd
   // number of 1x128 blocks: bf16 H = 1152 is 144 vectors, 160 threads with 16 idle lanes, in
   // kWarpRows' kernel with PDL, in the lean kernel with its `valid` predicate without) take 8
