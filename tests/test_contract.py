@@ -150,10 +150,11 @@ PADDED_STREAMS = [(), ("input", "residual", "normed", "out"), ("input",), ("resi
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_row_strides_per_stream(device, dtype):
     # Every row stream with its own row stride: on CUDA at decode sizes (bf16 H = 2048 / 4096:
-    # one-vector one-row CTAs of whole warps), in a grid of many lean one-vector rows (2048 x
-    # 2048, with the `valid` predicate) and in 4-vector rows (700 x 8192), with and without
-    # normed_out and a residual.
-    shapes = [(5, 2048)] if device == "cpu" else [(1, 2048), (128, 4096), (2048, 2048), (700, 8192)]
+    # one-vector one-row CTAs of whole warps), in grids of many lean one-vector rows (2-byte types
+    # with normed_out: 2048 x 2048 in the FULL kernel, whole warps in the plain-access band since
+    # v60; 2048 x 2176, 272 vectors in 288 threads, with the `valid` predicate) and in 4-vector
+    # rows (700 x 8192), with and without normed_out and a residual.
+    shapes = [(5, 2048)] if device == "cpu" else [(1, 2048), (128, 4096), (2048, 2048), (2048, 2176), (700, 8192)]
     for (m, h), padded, fused, normed_none in itertools.product(shapes, PADDED_STREAMS, [True, False], [False, True]):
         if normed_none and padded == ("normed",):
             continue  # the same call as no padding

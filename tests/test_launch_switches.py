@@ -444,10 +444,12 @@ def test_narrow_vectors_taken(tune, m, h, full, vb):
 # One-vector one-row CTAs (row_vec1_kernel with one vector per thread, 16-byte vectors) form one
 # row offset for input, residual, normed_out and out (ONE_STRIDE, the ninth template argument)
 # where the four share a row stride and the call writes normed_out: bf16 128 x 4096 (FULL, one
-# wave), 2048 x 2048 (lean rows with the `valid` predicate) and the op without a residual; not
+# wave), 2048 x 2048 (lean rows of whole warps: FULL in the plain-access band since v60), 2048 x
+# 2176 (lean rows with idle lanes: the `valid` predicate) and the op without a residual; not
 # without normed_out, not with an input of its own stride, not under onestride=0.
 @pytest.mark.parametrize("tune,m,h,normed,residual,input_padded,one", [
     (None, 128, 4096, True, True, False, "true"), (None, 2048, 2048, True, True, False, "true"),
+    (None, 2048, 2176, True, True, False, "true"),
     (None, 128, 4096, True, False, False, "true"), (None, 128, 4096, False, True, False, "false"),
     (None, 128, 4096, True, True, True, "false"), ("onestride=0", 128, 4096, True, True, False, "false")])
 def test_one_row_offset_taken(tune, m, h, normed, residual, input_padded, one):
@@ -459,14 +461,16 @@ def test_one_row_offset_taken(tune, m, h, normed, residual, input_padded, one):
 
 # Lean rows of whole warps (row_vec1_kernel in grids of many rows) take the FULL kernel (no
 # `valid` predicate, the fifth template argument) where the call's buffers take the plain-access
-# band of L2 (v60: bf16 2048 x 2048, 1024 x 4096, the op without normed_out too) and the kernel
-# with the predicate where the call is hinted (16384 x 2048, beyond L2); full=0 / full=1 force
+# band of L2 (unhinted, the fourth; v60: bf16 2048 x 2048, 1024 x 4096, 2048 x 1024 without
+# normed_out) and the kernel with the predicate where the call is hinted (16384 x 2048, beyond L2)
+# or the rows have idle lanes (2048 x 2176: 272 vectors in 288 threads); full=0 / full=1 force
 # either.
-@pytest.mark.parametrize("tune,m,h,normed,full", [
-    (None, 2048, 2048, True, "true"), (None, 1024, 4096, True, "true"), (None, 2048, 1024, False, "true"),
-    (None, 16384, 2048, True, "false"), ("full=0", 2048, 2048, True, "false"), ("full=1", 16384, 2048, True, "true")])
-def test_full_lean_rows_in_plain_band_taken(tune, m, h, normed, full):
+@pytest.mark.parametrize("tune,m,h,normed,hinted,full", [
+    (None, 2048, 2048, True, "false", "true"), (None, 1024, 4096, True, "false", "true"),
+    (None, 2048, 1024, False, "false", "true"), (None, 16384, 2048, True, "true", "false"),
+    (None, 2048, 2176, True, "false", "false"), ("full=0", 2048, 2048, True, "false", "false"),
+    ("full=1", 16384, 2048, True, "true", "true")])
+def test_full_lean_rows_in_plain_band_taken(tune, m, h, normed, hinted, full):
     # row_vec1_kernel<T, W, HAS_RES, HINTED, FULL, PAIR, VPT, VB, ONE_STRIDE>(...)
     args = kernel_template_args(tune, m, h, "row_vec1_kernel", normed=normed)
-    assert (template_bool(args[3]), template_bool(args[4]), template_int(args[6])) == (
-        "true" if m == 16384 else "false", full, "1"), args
+    assert (template_bool(args[3]), template_bool(args[4]), template_int(args[6])) == (hinted, full, "1"), args
