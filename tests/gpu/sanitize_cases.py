@@ -4,7 +4,7 @@ itself is slow under the sanitizer). Each case is checked against the contract a
 Grid: odd H (128, 1152, 5120), long rows (32768, 65536), M in {1, 3, 5, 1024} (and 133 for the
 long rows: a row split over a cluster beyond the decode sizes), strided (and unaligned) rows,
 every block_scale layout, normed_out=None, scale_ue8m0, both ops, bf16 and float32, one
-wave of rows that nearly fills the GPU (2041 x 2048, bf16), the op without a residual in 4-vector
+wave of rows that nearly fills the GPU (2041 x 2048, bf16; 2041 x 2176, rows with idle lanes), the op without a residual in 4-vector
 rows of one warp (2113 x 1024, bf16) and in lean rows of four vectors per thread (2113 x 2048;
 531 x 16384, 512 threads; 531 x 32768 without normed_out, 1024 threads), the fused op in lean rows of
 four vectors per thread (2047 x 4096, bf16; 1031 x 4096 float32 without normed_out),
@@ -45,6 +45,11 @@ def cases(device="cuda"):
     # plain-access band); in 4-vector rows (FP8NORM_TUNE=lean=0, or vpt=4) one wave over 15/16
     # of the CTA slots on a GPU of 132 SMs: 8 rows per CTA, the last CTA with one row and seven idle.
     yield Case(device, torch.bfloat16, 2041, 2048, fused=True, layout="tma")
+    # Many rows of 272 vectors in 288 threads (idle lanes): lean one-vector rows of the kernel with
+    # the `valid` predicate, the one row offset of equal strides (v59). Since v60 the case above
+    # takes the FULL kernel (whole warps in the plain-access band), so this one keeps the
+    # predicate kernel of one-row CTAs under the default table.
+    yield Case(device, torch.bfloat16, 2041, 2176, fused=True, layout="scaled_mm")
     # Rows of one warp at 4 vectors per thread (sanitize.sh's FP8NORM_TUNE=hints=0,vpt=4: the
     # plain kernels' __syncwarp row barrier; 2041 x 2048 there takes their named per-row
     # barriers), the last CTA partly idle.
