@@ -15,6 +15,7 @@
 # less, parts are stopped and say so in their summaries (v59: LIMIT 388 s, four parts unseen).
 # v60, every part passed: BUDGET=596 after a 107 s build (LIMIT 444 s; the longest part 425 s, the
 # call 540 s), and BUILD=0 BUDGET=560 (LIMIT 515 s; the longest part 479 s, the call 488 s).
+# v61: BUDGET=596 after a 79 s build (LIMIT 472 s; the longest part 367 s, the call 454 s).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-verify-out}
