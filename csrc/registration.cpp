@@ -1,10 +1,14 @@
 // The fp8norm library: every schema, the functional ops (backend-independent: they allocate the
-// outputs and call the .out op), and the Meta kernels of the .out ops (validation only).
+// outputs and call the .out op), the Meta kernels of the .out ops (validation only) and the
+// Autograd kernel of all four (no backward: a clear error instead).
 // The CPU and CUDA kernels of the .out ops are registered in csrc/cpu and csrc/cuda.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <Python.h>
+#include <c10/core/GradMode.h>
 #include <torch/library.h>
+
+#include <vector>
 
 #include "common/fp8norm.h"
 
@@ -62,6 +66,34 @@ void rmsnorm_fp8_block_quant_out_meta(const Tensor& input, const Tensor& weight,
   check_outputs(kPlainOp, input, out, block_scale, normed_out);
 }
 
+// The Autograd kernel of every op: the ops are for inference and have no backward, so a call that
+// autograd would record (grad mode on and a tensor argument that requires grad) is refused before
+// anything runs, naming the argument. Otherwise the call goes on below autograd, and the tensors
+// the op writes (the schema's Tensor(a!) arguments) get their version counter bumped, as torch's
+// in-place ops do (so autograd notices a saved tensor changed; an inference tensor outside
+// InferenceMode is refused, as torch refuses its in-place update).
+void no_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  const auto& params = op.schema().arguments();
+  const std::string& name = op.schema().name();  // "fp8norm::<op>"
+  const auto args = torch::jit::last(*stack, params.size());
+  const bool grad_mode = c10::GradMode::is_enabled();
+  std::vector<at::Tensor> written;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!args[i].isTensor()) continue;
+    const at::Tensor& t = args[i].toTensor();
+    TORCH_CHECK(!(grad_mode && t.requires_grad()), "fp8norm.", name.substr(name.find("::") + 2), ": ",
+                params[i].name(), " requires grad, but these ops have no backward (they are for "
+                "inference). Call them under torch.no_grad() or torch.inference_mode(), or pass ",
+                params[i].name(), ".detach()");
+    if (params[i].alias_info() != nullptr && params[i].alias_info()->isWrite()) written.push_back(t);
+  }
+  {
+    const at::AutoDispatchBelowADInplaceOrView below;  // nested calls (functional -> .out) too
+    op.redispatchBoxed(ks & c10::after_ADInplaceOrView_keyset, stack);
+  }
+  for (const auto& t : written) t.unsafeGetTensorImpl()->bump_version();
+}
+
 }  // namespace
 
 TORCH_LIBRARY(fp8norm, m) {
@@ -84,6 +116,14 @@ TORCH_LIBRARY(fp8norm, m) {
 TORCH_LIBRARY_IMPL(fp8norm, CompositeExplicitAutograd, m) {
   m.impl("fused_add_rmsnorm_fp8_block_quant", &fused_add_rmsnorm_fp8_block_quant);
   m.impl("rmsnorm_fp8_block_quant", &rmsnorm_fp8_block_quant);
+}
+
+TORCH_LIBRARY_IMPL(fp8norm, Autograd, m) {
+  const auto no_grad = [] { return torch::CppFunction::makeFromBoxedFunction<&no_autograd>(); };
+  m.impl("fused_add_rmsnorm_fp8_block_quant", no_grad());
+  m.impl("fused_add_rmsnorm_fp8_block_quant.out", no_grad());
+  m.impl("rmsnorm_fp8_block_quant", no_grad());
+  m.impl("rmsnorm_fp8_block_quant.out", no_grad());
 }
 
 TORCH_LIBRARY_IMPL(fp8norm, Meta, m) {

@@ -1,7 +1,6 @@
 """Shared helpers of the fp8norm tests: devices, input makers, poisoning, the contract check."""
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Optional
 
@@ -150,24 +149,6 @@ def assert_only_view_written(t: torch.Tensor, before: torch.Tensor, what: str):
     v.set_(expected.untyped_storage(), t.storage_offset(), t.size(), t.stride())
     v.copy_(int_view(t))
     assert torch.equal(expected, storage_bytes(t)), f"{what}: bytes outside the tensor were written"
-
-
-@contextlib.contextmanager
-def fp8_comparing_allclose():
-    """opcheck compares mutated tensors with torch.allclose, which has no float8 kernel on CPU:
-    inside this block, float8 tensors compare by their bytes; everything else is unchanged."""
-    orig = torch.allclose
-
-    def allclose(a, b, *args, **kwargs):
-        if torch.float8_e4m3fn in (a.dtype, b.dtype):
-            return a.dtype == b.dtype and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
-        return orig(a, b, *args, **kwargs)
-
-    torch.allclose = allclose
-    try:
-        yield
-    finally:
-        torch.allclose = orig
 
 
 @dataclass

@@ -2,11 +2,12 @@
 
 Importing this package loads the compiled library, which registers the ops under
 ``torch.ops.fp8norm`` (CPU, CUDA when built with it, and Meta for torch.compile / fake tensors).
+The ops are for inference: they have no backward, and refuse a call that autograd would record.
 """
 import torch  # noqa: F401  (the compiled library links against torch)
 
 from . import _C  # noqa: F401  (registers torch.ops.fp8norm.*)
-from . import reference
+from . import reference, testing
 from .ops import (
     block_scale_layout_strides,
     fused_add_rmsnorm_fp8_block_quant,
@@ -20,5 +21,6 @@ __all__ = [
     "has_cuda_kernels",
     "reference",
     "rmsnorm_fp8_block_quant",
+    "testing",
 ]
 __version__ = "0.1.0"
