@@ -66,6 +66,8 @@ sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")) + glob.glob(os.path.jo
 extra = {"cxx": ["-O3", "-fopenmp", "-fno-trapping-math", "-ffp-contract=off"]}
 ext_cls = CppExtension
 if use_cuda:
+    print(f"torch_fp8norm: building the CUDA kernels too (nvcc in {CUDA_HOME}, TORCH_CUDA_ARCH_LIST={_arch}): "
+          "this takes minutes; FP8NORM_CPU_ONLY=1 builds the CPU kernels only", flush=True)
     ext_cls = CUDAExtension
     sources += sorted(glob.glob(os.path.join("csrc", "cuda", "*.cu")))
     # No fast-math: the contract fixes results bit for bit (correctly rounded division).
@@ -82,4 +84,5 @@ setup(
     cmdclass={"build_ext": BuildExtension},
     options={"bdist_wheel": {"py_limited_api": "cp39"}},
     python_requires=">=3.9",
+    install_requires=["torch"],
 )
