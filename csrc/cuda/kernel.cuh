@@ -497,6 +497,13 @@ __device__ __forceinline__ uint32_t normalize_vec(const Pack<T, VEC>& x, const P
 // slower. With the lean kernel's scale store below, against the kernels before, same run, five
 // passes (medians): decode 0.4-1% faster (1 x 2048 2.076 -> 2.056 µs without PDL, 128 x 2048
 // 1.912 -> 1.900 with PDL), 128 x 8192 level (benchmarks/NOTES.md, v34).
+template <int LPB>
+__device__ __forceinline__ uint32_t block_amax_shuffle(uint32_t v) {
+#pragma unroll
+  for (int off = LPB / 2; off > 0; off /= 2) v = max(v, __shfl_xor_sync(0xFFFFFFFFu, v, off));
+  return v;
+}
+
 template <int LPB, bool REDUX>
 __device__ __forceinline__ uint32_t block_amax(uint32_t v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -509,11 +516,12 @@ __device__ __forceinline__ uint32_t block_amax(uint32_t v) {
     const uint32_t lower_max = __reduce_max_sync(0xFFFFFFFFu, upper ? 0u : v);
     const uint32_t upper_max = __reduce_max_sync(0xFFFFFFFFu, upper ? v : 0u);
     return upper ? upper_max : lower_max;
+  } else {
+    return block_amax_shuffle<LPB>(v);
   }
+#else
+  return block_amax_shuffle<LPB>(v);
 #endif
-#pragma unroll
-  for (int off = LPB / 2; off > 0; off /= 2) v = max(v, __shfl_xor_sync(0xFFFFFFFFu, v, off));
-  return v;
 }
 
 // The block amax of N vectors per lane at once (N a power of two, at most LPB): v[j] is this
