@@ -1,22 +1,21 @@
-"""Benchmark of fp8norm.fused_add_rmsnorm_fp8_block_quant (or, with --no-residual,
-fp8norm.rmsnorm_fp8_block_quant) against eager PyTorch and torch.compile.
+"""Benchmark of fp8norm.fused_add_rmsnorm_fp8_block_quant (with --no-residual,
+fp8norm.rmsnorm_fp8_block_quant) against torch.compile of its reference and a same-bytes copy.
 
-For each (M, H): the op, the eager reference (torch_fp8norm.reference), torch.compile of the
-reference, and a device-to-device copy of the same number of bytes (half read, half written),
-all timed in the same run (the copy: the faster of cudaMemcpy and an elementwise copy kernel).
-Prints µs, GB/s (byte model below) and % of copy bandwidth
-(copy time / kernel time, as in shared/anchors/h200.md).
+Cold L2 (the CUDA default): in a model a GEMM runs between two norms, so the norm's operands are
+not in L2 when it starts. Each timed call works on its own buffer set (input, residual, weight,
+out, block_scale, normed_out), rotating over N sets of at least 4x the L2 in all; the N calls run
+back to back in one CUDA graph, and a call's time is the median over graph replays of replay
+time / N (replays back to back, >= ~1 ms per timed sample). --hot times back-to-back calls on the same buffers instead (L2-resident where they fit).
+The copy baseline is timed the same way and moves the op's bytes (half read, half written), the
+faster of cudaMemcpy and an elementwise copy kernel; "% of copy" = copy µs / op µs * 100.
 
 Byte model (bf16): read input, read residual, write residual, write normed (4 x 2 B), write fp8
-(1 B) per element, plus 4 B per 128-element scale and the weight once:
+(1 B) per element, 4 B per 128-element scale and the weight once:
     bytes = 9*M*H + 4*M*H/128 + 2*H      (normed_out=None: 7*M*H + ...)
---no-residual (read input, write normed, write fp8): 5*M*H + ... (normed_out=None: 3*M*H + ...).
+--no-residual: 5*M*H + ... (normed_out=None: 3*M*H + ...).
 
-CUDA times are medians over samples of back-to-back CUDA-graph replays (each replay runs the call
-`--calls` times back to back; each sample lasts >= ~0.5 ms); CPU times are medians of wall-clock
-repeats.
-
-    python benchmarks/bench_fused_add_rmsnorm_fp8_block_quant.py [--device cuda] [--grid full] [--json out.json]
+On CPU: wall clock of back-to-back calls on the same buffers, median of repeats. --call-cost
+times the host cost of one eager call instead. benchmarks/README.md says how to read the output.
 """
 from __future__ import annotations
 
@@ -33,245 +32,275 @@ import torch
 import torch_fp8norm
 from torch_fp8norm import reference as R
 
-GRIDS = {
-    # (M values, H values)
-    "cpu": ([1, 16, 1024], [1152, 4096, 7168]),
-    "small": ([1, 128, 2048, 16384], [2048, 4096, 7168, 8192, 16384]),
-    "full": ([1, 16, 128, 512, 2048, 8192, 16384, 32768],
-             [1152, 2048, 4096, 5120, 6144, 7168, 8192, 16384, 32768, 65536]),
-}
-
-
-# The op timed, by whether it has a residual: the name of its torch.ops.fp8norm op and of its
-# torch_fp8norm.reference function.
+EPS = 1e-6
+MAX_SETS = 20000          # most buffer sets (calls per CUDA graph) in cold-L2 mode
+L2_FALLBACK = 64 << 20    # when the device does not report its L2 size
+SLEEP_CYCLES = 1 << 21    # GPU spin before each timed sample, so the host has queued the replays
 OP_NAMES = {True: "fused_add_rmsnorm_fp8_block_quant", False: "rmsnorm_fp8_block_quant"}
 
 
+def _grid(ms, hs, extra=()):
+    return [(m, h) for h in hs for m in ms] + list(extra)
+
+
+GRIDS = {
+    "cpu": _grid([1, 16, 1024], [1152, 4096, 7168]),
+    "decode": _grid([1, 16, 128, 512], [2048, 4096, 7168, 8192, 16384]),
+    "small": _grid([1, 16, 128, 2048, 16384], [2048, 4096, 7168, 8192, 16384],
+                   [(2048, 32768), (16384, 32768), (2048, 65536), (16384, 65536)]),
+    "full": _grid([1, 16, 128, 512, 2048, 8192, 16384, 32768],
+                  [1152, 2048, 4096, 5120, 6144, 7168, 8192, 16384, 32768, 65536]),
+}
+
+
 def byte_count(m: int, h: int, dtype: torch.dtype, normed: bool = True, residual: bool = True) -> int:
+    """The byte model above (the weight counted in the input's dtype)."""
     e = torch.empty((), dtype=dtype).element_size()
-    streams = (4 if normed else 3) if residual else (2 if normed else 1)  # 2-byte streams
-    per_elem = streams * e + 1
-    return per_elem * m * h + 4 * m * (h // 128) + e * h
+    streams = (4 if normed else 3) if residual else (2 if normed else 1)
+    return (streams * e + 1) * m * h + 4 * m * (h // 128) + e * h
 
 
-def column_major_scales(m: int, h: int, device) -> torch.Tensor:
-    """An uninitialized block_scale [M, H/128] in the layout the functional ops return."""
-    return torch.empty_strided((m, h // 128), torch_fp8norm.block_scale_layout_strides(m),
-                               dtype=torch.float32, device=device)
+def set_bytes(m: int, h: int, dtype, wdtype, residual: bool) -> int:
+    """Bytes of one buffer set as allocated (block_scale padded to round_up(M, 4) rows)."""
+    e, we = dtype.itemsize, wdtype.itemsize
+    mp = torch_fp8norm.block_scale_layout_strides(m)[1]
+    return ((3 if residual else 2) * e + 1) * m * h + we * h + 4 * (h // 128) * mp
 
 
-def copy_buffers(nbytes: int, device):
-    """(src, dst) int32 buffers of nbytes / 2 each: a copy between them moves nbytes (half read,
-    half written), the op's "% of copy" baseline."""
-    src = torch.randint(0, 2**31 - 1, ((nbytes // 2 + 3) // 4,), dtype=torch.int32, device=device)
-    return src, torch.empty_like(src)
+def n_sets(nbytes: int, l2: int, cold: bool) -> int:
+    """Sets of nbytes each that cover 4x the L2 (1 when not cold), at most MAX_SETS."""
+    return min(MAX_SETS, max(1, math.ceil(4 * l2 / nbytes))) if cold else 1
 
 
-def time_copies(src, dst, timer, calls: int, replays: int):
-    """(memcpy µs, kernel µs): the same-bytes copy as cudaMemcpy (copy_) and as an elementwise
-    kernel (x | 0). "% of copy" takes the faster: in CUDA graphs a mid-size memcpy can be slower
-    than a kernel copy (606 MB: 224.7 against 143.9 µs; benchmarks/NOTES.md, v29)."""
-    return (timer(lambda: dst.copy_(src), calls, replays),
-            timer(lambda: torch.bitwise_or(src, 0, out=dst), calls, replays))
+def op_sets(m, h, n, dtype, wdtype, residual, device):
+    """n sets (ins, out, block_scale, normed_out), ins = (input, residual, weight) or (input, weight):
+    per-set views of one arena per stream; block_scale strided (1, round_up(M, 4)) like the
+    functional ops' (torch_fp8norm.block_scale_layout_strides)."""
+    torch.manual_seed(m * 7919 + h)
+    x = torch.randn(n, m, h, dtype=dtype, device=device)
+    r = torch.randn(n, m, h, dtype=dtype, device=device) if residual else None
+    w = torch.randn(n, h, device=device).mul_(0.5).add_(1).to(wdtype)
+    out = torch.empty(n, m, h, dtype=torch.float8_e4m3fn, device=device)
+    mp = torch_fp8norm.block_scale_layout_strides(m)[1]
+    scale = torch.empty(n, h // 128, mp, device=device).transpose(1, 2)[:, :m]  # [n, M, H/128]
+    normed = torch.empty(n, m, h, dtype=dtype, device=device)
+    return [((x[i], r[i], w[i]) if residual else (x[i], w[i]), out[i], scale[i], normed[i])
+            for i in range(n)]
 
 
-def cuda_graph(fn, calls: int):
-    """A CUDA graph of `calls` back-to-back calls of fn (after three warm-up calls on a side
-    stream, as graph capture wants)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
+def copy_sets(nbytes: int, n: int, device):
+    """n (src, dst) int32 pairs of nbytes / 2 each (a copy moves nbytes: half read, half written),
+    rows of the two arenas padded to 128 bytes so that every view is aligned."""
+    k = (nbytes // 2 + 3) // 4
+    src = torch.randint(0, 2**31 - 1, (n, (k + 31) // 32 * 32), dtype=torch.int32, device=device)
+    dst = torch.empty_like(src)
+    return [(src[i, :k], dst[i, :k]) for i in range(n)]
+
+
+def time_graph(fn, sets, replays: int):
+    """(median µs per call, spread) of fn(*a) for every a in `sets`, back to back in one CUDA graph.
+    All buffers exist before capture; the calls run once on a side stream first (as capture
+    wants; this also compiles and autotunes torch.compile's kernels). Each sample replays the graph
+    back to back for >= ~1 ms behind a GPU spin (so the graph launch stays out of the timing);
+    spread = slowest / fastest sample."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for a in sets:
+            fn(*a)
+    torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    return g
-
-
-def time_cuda(fn, calls: int, replays: int) -> float:
-    """Median µs per call. A CUDA graph holds `calls` back-to-back calls; each timed sample
-    replays it back to back for >= ~0.5 ms (so that the GPU stays busy and clocked up, and launch
-    gaps stay out), and the median over `replays` samples is taken."""
-    g = cuda_graph(fn, calls)
+        for a in sets:
+            fn(*a)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(3):
-        g.replay()
-    start.record()
-    g.replay()
-    end.record()
-    end.synchronize()
-    inner = max(1, min(200, math.ceil(500.0 / max(start.elapsed_time(end) * 1000.0, 1e-3))))
-    times = []
-    for _ in range(replays):
+
+    def sample(k: int) -> float:
+        torch.cuda._sleep(SLEEP_CYCLES)
         start.record()
-        for _ in range(inner):
+        for _ in range(k):
             g.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0 / (calls * inner))
-    return statistics.median(times)
+        return start.elapsed_time(end) * 1000.0 / (k * len(sets))
+
+    sample(1)
+    inner = max(1, min(200, math.ceil(1000.0 / (sample(1) * len(sets)))))
+    times = [sample(inner) for _ in range(replays)]
+    return statistics.median(times), max(times) / min(times)
 
 
-def print_probe_rows(m: int, h: int, rows, copy_us: float | None = None):
-    """The probes' report: one (name, µs) line per row under an "M = .., H = .." header, with
-    the % of `copy_us` (a same-run copy of the same bytes) when given."""
-    print(f"M = {m}, H = {h} (bf16), µs")
-    width = max(len(name) for name, _ in rows)
-    for name, t in rows:
-        pct = f"  ({100.0 * copy_us / t:5.1f}% of copy)" if copy_us is not None else ""
-        print(f"  {name:>{width}}: {t:9.2f}{pct}")
-    sys.stdout.flush()
-
-
-def time_cpu(fn, calls: int, replays: int) -> float:
+def time_wall(fn, calls: int | None, replays: int, sync=lambda: None):
+    """(median µs per call, spread): wall clock of `calls` back-to-back calls of fn() then sync()
+    (default: enough calls for ~20 ms, at least 3), median over `replays` repeats after two
+    warm-up calls; spread = slowest / fastest repeat."""
     fn()
+    sync()
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    calls = calls or max(3, min(10000, math.ceil(0.02 / max(time.perf_counter() - t0, 1e-7))))
     times = []
     for _ in range(replays):
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
+        sync()
         times.append((time.perf_counter() - t0) * 1e6 / calls)
-    return statistics.median(times)
+    return statistics.median(times), max(times) / min(times)
 
 
-def bench_shape(m, h, dtype, device, args, compiled_ref):
-    gen = torch.Generator(device="cpu").manual_seed(m * 7919 + h)
-    residual = not args.no_residual
-    x = torch.randn(m, h, generator=gen).to(dtype).to(device)
-    r = torch.randn(m, h, generator=gen).to(dtype).to(device) if residual else None
-    w = (torch.randn(h, generator=gen) * 0.5 + 1).to(torch.float32 if args.weight_fp32 else dtype).to(device)
-    out = torch.empty(m, h, dtype=torch.float8_e4m3fn, device=device)
-    scale = column_major_scales(m, h, device)
-    normed = torch.empty(m, h, dtype=dtype, device=device)
-    ins = (x, r, w) if residual else (x, w)  # the op's and the reference's leading arguments
-    op = getattr(torch.ops.fp8norm, OP_NAMES[residual]).out
-    ref = getattr(R, OP_NAMES[residual])  # the reference module's function of the same name
+def _reference(*ins):
+    """The reference with the benchmark's eps: (x, r, w), or (x, w) without a residual."""
+    return getattr(R, OP_NAMES[len(ins) == 3])(*ins, EPS, False)
+
+
+def bench_shape(m, h, args, l2, compiled_ref):
+    """One record: µs of the copies, the op (.out with and without normed_out), torch.compile and
+    eager; copies first, each set of buffers freed before the next is allocated."""
+    residual, dev, dtype, wdtype = not args.no_residual, args.device, args.dtype_t, args.wdtype_t
+    if dev == "cuda":
+        timer = lambda fn, sets: time_graph(fn, sets if args.cold else sets * args.calls, args.replays)
+    else:
+        timer = lambda fn, sets: time_wall(lambda: fn(*sets[0]), args.calls, args.replays)
     nbytes = byte_count(m, h, dtype, residual=residual)
-    nbytes_nonormed = byte_count(m, h, dtype, normed=False, residual=residual)
-    copies = {"copy": copy_buffers(nbytes, device), "copy_nonormed": copy_buffers(nbytes_nonormed, device)}
+    nbytes_nn = byte_count(m, h, dtype, normed=False, residual=residual)
+    rec = dict(M=m, H=h, dtype=args.dtype, device=dev, residual=residual, bytes=nbytes,
+               bytes_nonormed=nbytes_nn, sets={})
+    t, spread = {}, {}
 
-    timer = time_cuda if device == "cuda" else time_cpu
-    big = m * h >= (1 << 24)
-    calls = args.calls if not big else max(2, args.calls // 10)
-    replays = args.replays
-    t = {}
-    for key, (src, dst) in copies.items():
-        t[key + "_memcpy"], t[key + "_kernel"] = time_copies(src, dst, timer, calls, replays)
-        t[key] = min(t[key + "_memcpy"], t[key + "_kernel"])
-    t["op"] = timer(lambda: op(*ins, 1e-6, False, out=out, block_scale=scale, normed_out=normed), calls, replays)
-    t["op_nonormed"] = timer(lambda: op(*ins, 1e-6, False, out=out, block_scale=scale, normed_out=None), calls, replays)
-    if not args.skip_eager:
-        t["eager"] = timer(lambda: ref(*ins, 1e-6, False), calls, replays)
+    def run(key, fn, sets):
+        t[key], spread[key] = timer(fn, sets)
+
+    for key, nb in (("copy", nbytes), ("copy_nonormed", nbytes_nn)):
+        rec["sets"][key] = n_sets(nb, l2, args.cold)
+        sets = copy_sets(nb, rec["sets"][key], dev)
+        memcpy, kernel = (timer(fn, sets) for fn in (lambda s, d: d.copy_(s),
+                                                     lambda s, d: torch.bitwise_or(s, 0, out=d)))
+        t[key + "_memcpy"], t[key + "_kernel"] = memcpy[0], kernel[0]
+        t[key], spread[key] = min(memcpy, kernel)
+        del sets
+    rec["sets"]["op"] = n_sets(set_bytes(m, h, dtype, wdtype, residual), l2, args.cold)
+    sets = op_sets(m, h, rec["sets"]["op"], dtype, wdtype, residual, dev)
+    op = getattr(torch.ops.fp8norm, OP_NAMES[residual]).out
+    run("op", lambda ins, o, s, n: op(*ins, EPS, False, out=o, block_scale=s, normed_out=n), sets)
+    run("op_nonormed", lambda ins, o, s, n: op(*ins, EPS, False, out=o, block_scale=s, normed_out=None), sets)
     if compiled_ref is not None:
-        t["compile"] = timer(lambda: compiled_ref(*ins), calls, replays)
-    rec = dict(M=m, H=h, dtype=str(dtype).replace("torch.", ""), device=device, residual=residual,
-               bytes=nbytes, bytes_nonormed=nbytes_nonormed, us=t)
-    rec["gbps"] = {k: (nbytes_nonormed if "nonormed" in k else nbytes) / (v * 1e3) for k, v in t.items()}
-    rec["pct_of_copy"] = {k: 100.0 * (t["copy_nonormed"] if "nonormed" in k else t["copy"]) / v
+        run("compile", lambda ins, *_: compiled_ref(*ins), sets)
+    if args.eager:
+        run("eager", lambda ins, *_: _reference(*ins), sets)
+    rec.update(us=t, spread=spread)
+    rec["gbps"] = {k: (nbytes_nn if "nonormed" in k else nbytes) / (v * 1e3) for k, v in t.items()}
+    rec["pct_of_copy"] = {k: 100.0 * t["copy_nonormed" if "nonormed" in k else "copy"] / v
                           for k, v in t.items() if not k.startswith("copy")}
     return rec
 
 
-def _reference_layer(*ins):
-    """The reference with the benchmark's eps and scale_ue8m0: (x, r, w), or (x, w) without a residual."""
-    return getattr(R, OP_NAMES[len(ins) == 3])(*ins, 1e-6, False)
+def device_gb(m, h, args, l2) -> float:
+    """Peak device memory of bench_shape: the larger of the copy arenas and the op's sets plus the
+    references' temporaries (about 4 B per element, 16 with eager)."""
+    residual = not args.no_residual
+    nb = byte_count(m, h, args.dtype_t, residual=residual)
+    sb = set_bytes(m, h, args.dtype_t, args.wdtype_t, residual)
+    copy = n_sets(nb, l2, args.cold) * (nb + 256)
+    ops = n_sets(sb, l2, args.cold) * sb + m * h * (16 if args.eager else 4)
+    return max(copy, ops) / 1e9
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--grid", choices=sorted(GRIDS), default=None, help="default: cpu on CPU, small on CUDA")
-    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    p.add_argument("--calls", type=int, default=None, help="calls per timed replay")
-    p.add_argument("--replays", type=int, default=None)
-    p.add_argument("--skip-eager", action="store_true")
-    p.add_argument("--skip-compile", action="store_true")
-    p.add_argument("--json", default=None, help="write the results to this path")
-    p.add_argument("--plot", default=None, help="write a PNG: %% of copy bandwidth vs M, one line per H")
-    p.add_argument("--from-json", default=None, help="plot/print an earlier --json file instead of measuring")
-    p.add_argument("--compile-from", default=None,
-                   help="with --from-json: take the torch.compile columns from this other run's JSON "
-                        "(its own times and %% of its own copy; the op code does not change them)")
-    p.add_argument("--shapes", default=None, help="MxH list instead of a grid, e.g. 1x2048,16384x4096")
-    p.add_argument("--max-gb", type=float, default=40.0, help="skip shapes needing more device memory")
-    p.add_argument("--no-residual", action="store_true",
-                   help="time rmsnorm_fp8_block_quant (no residual: 5 bytes per bf16 element, 3 "
-                        "without normed_out) instead of fused_add_rmsnorm_fp8_block_quant")
-    p.add_argument("--weight-fp32", action="store_true",
-                   help="a float32 weight (the ops take the input's dtype or float32; the byte count "
-                        "keeps the input's: the weight is read once)")
-    args = p.parse_args(argv)
-    if args.from_json:
-        with open(args.from_json) as f:
-            data = json.load(f)
-        if args.compile_from:
-            with open(args.compile_from) as f:
-                other = {(r["M"], r["H"]): r for r in json.load(f)["records"]}
-            for r in data["records"]:
-                o = other.get((r["M"], r["H"]))
-                if o is not None and "compile" in o["us"]:
-                    for key in ("us", "gbps", "pct_of_copy"):
-                        r[key]["compile"] = o[key]["compile"]
-            speedups = [r["us"]["compile"] / r["us"]["op"] for r in data["records"] if "compile" in r["us"]]
-            if speedups:
-                geo = math.exp(sum(math.log(x) for x in speedups) / len(speedups))
-                print(f"op vs torch.compile ({args.compile_from}): {len(speedups)} shapes, least "
-                      f"{min(speedups):.2f}x, geometric mean {geo:.2f}x")
-        print_table(data["records"])
-        if args.plot:
-            title = f"{data.get('name', '')}, {data.get('dtype', '')}"
-            if args.compile_from:
-                title += f"; torch.compile: {os.path.basename(args.compile_from)}"
-            plot(data["records"], args.plot, title, data.get("op", OP_NAMES[True]))
-        return data["records"]
-    dtype = getattr(torch, args.dtype)
-    grid = args.grid or ("small" if args.device == "cuda" else "cpu")
-    args.calls = args.calls or (20 if args.device == "cuda" else 3)
-    args.replays = args.replays or (15 if args.device == "cuda" else 5)
-    ms, hs = GRIDS[grid]
-    if args.shapes:
-        wanted = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-
-    try:
-        from tqdm import tqdm
-    except ImportError:  # the progress bar is optional
-        def tqdm(it, **_):
-            return it
-    shapes = wanted if args.shapes else [(m, h) for h in hs for m in ms]
-    shapes = [(m, h) for m, h in shapes
-              if byte_count(m, h, dtype, residual=not args.no_residual) * 1.6 / 1e9 <= args.max_gb]
-    records = []
-    for m, h in tqdm(shapes, desc="shapes", file=sys.stderr):
-        compiled_ref = None
-        if not args.skip_compile:
-            torch._dynamo.reset()  # a fresh static-shape compilation for every shape
-            compiled_ref = torch.compile(_reference_layer, dynamic=False)
-        records.append(bench_shape(m, h, dtype, args.device, args, compiled_ref))
-        if args.device == "cuda":
-            torch.cuda.empty_cache()
-
-    print_table(records)
-    name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    op_name = OP_NAMES[not args.no_residual]
-    if args.plot:
-        plot(records, args.plot, f"{name}, {args.dtype}", op_name)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(device=args.device, name=name, torch=torch.__version__, dtype=args.dtype,
-                           op=op_name, weight_fp32=args.weight_fp32, records=records), f, indent=1)
-    return records
+def call_cost(m, h, args):
+    """Host µs per eager call, calls back to back (no graph; on CUDA synchronized at each repeat's
+    end, the kernels being far shorter than a call): .out into preallocated outputs, the functional
+    op, the Python wrapper, and an in-place add of the same input (the floor of any eager op)."""
+    residual = not args.no_residual
+    ((ins, o, s, n),) = op_sets(m, h, 1, args.dtype_t, args.wdtype_t, residual, args.device)
+    op = getattr(torch.ops.fp8norm, OP_NAMES[residual])
+    wrapper = getattr(torch_fp8norm, OP_NAMES[residual])
+    acc = torch.zeros_like(ins[0])
+    fns = {"out": lambda: op.out(*ins, EPS, False, out=o, block_scale=s, normed_out=n),
+           "functional": lambda: op(*ins, EPS, False),
+           "wrapper": lambda: wrapper(*ins, EPS),
+           "add_": lambda: acc.add_(ins[0])}
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    timed = {k: time_wall(f, args.calls, args.replays, sync) for k, f in fns.items()}
+    return dict(M=m, H=h, call_us={k: v[0] for k, v in timed.items()},
+                spread={k: v[1] for k, v in timed.items()})
 
 
-def plot(records, path, title, op_name=None):
-    """% of copy bandwidth vs M, one line per H: the op solid, torch.compile dashed."""
+def unreliable(spread: float | None = None, where: str = "") -> str | None:
+    """A warning when the host looks loaded (no spread given: the 1-minute load average exceeds
+    the CPUs this process may use) or when a shape's samples spread over 1.5x (slowest / fastest);
+    else None."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if (load <= ncpu) if spread is None else (spread <= 1.5):
+        return None
+    spread_text = "-" if spread is None else f"{spread:.2f}"
+    return f"WARNING: timings unreliable (load average {load:.1f} on {ncpu} cores / spread {spread_text}{where})"
+
+
+HOW = {
+    "cold-l2": "cold L2: every call on its own buffers, sets of >= 4x the {l2:.0f} MiB L2 (at most {max_sets}) "
+               "back to back in one CUDA graph; median over replays of replay time / calls",
+    "hot": "hot L2: {calls} back-to-back calls on the same buffers in one CUDA graph; median over replays",
+    "cpu": "wall clock of back-to-back calls on the same buffers, median of {replays} repeats; the op "
+           "timed as .out into preallocated outputs, eager and torch.compile allocate their outputs",
+    "call-cost": "host cost per eager call, {calls} calls back to back, median of {replays} repeats{sync}",
+}
+
+
+def header(meta) -> str:
+    """One line: what was timed, on what, and how."""
+    where = f"cpu ({meta['threads']} threads)" if meta["device"] == "cpu" else meta["name"]
+    how = HOW[meta["mode"]].format(l2=meta["l2_bytes"] / 2**20, max_sets=MAX_SETS, calls=meta["calls"],
+                                   replays=meta["replays"], sync=", synchronized at each repeat's end" if meta["device"] == "cuda" else "")
+    return f"# {meta['op']} on {where}, {meta['dtype']} (weight {meta['weight_dtype']}), torch {meta['torch']}: {how}"
+
+
+def print_table(records):
+    """The Markdown table of bench_shape records; a column that no record has is left out."""
+    rows = []
+    for r in records:
+        us, pct = r["us"], r["pct_of_copy"]
+        nn, c, e = us.get("op_nonormed"), us.get("compile"), us.get("eager")
+        rows.append({"M": r["M"], "H": r["H"], "copy µs": f"{us['copy']:.2f}", "op µs": f"{us['op']:.2f}",
+                     "op % of copy": f"{pct['op']:.0f}",
+                     "no-normed µs (/ op)": nn and f"{nn:.2f} ({nn / us['op']:.2f})",
+                     "no-normed % of its copy": nn and f"{pct['op_nonormed']:.0f}",
+                     "torch.compile µs": c and f"{c:.2f}",
+                     "op speedup over compile": c and f"{c / us['op']:.2f}x",
+                     "eager µs": e and f"{e:.2f}"})
+    cols = [k for k in (rows[0] if rows else []) if any(row[k] is not None for row in rows)]
+    print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
+    for row in rows:
+        print("| " + " | ".join("-" if row[k] is None else str(row[k]) for k in cols) + " |")
+
+
+def print_call_cost(records):
+    print("| M | H | .out µs | functional op µs | Python wrapper µs | add_ µs (floor) |")
+    print("|---|---|---|---|---|---|")
+    for r in records:
+        c = r["call_us"]
+        print(f"| {r['M']} | {r['H']} | {c['out']:.2f} | {c['functional']:.2f} | {c['wrapper']:.2f} | "
+              f"{c['add_']:.2f} |")
+
+
+def report(meta, plot_path=None):
+    print(header(meta))
+    (print_call_cost if meta["mode"] == "call-cost" else print_table)(meta["records"])
+    for w in meta["warnings"]:
+        print(w, file=sys.stderr)
+    if plot_path and meta["mode"] != "call-cost":
+        plot(meta, plot_path)
+
+
+def plot(meta, path):
+    """% of copy vs M, one line per H: the op solid, torch.compile dashed."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    records = meta["records"]
     fig, ax = plt.subplots(figsize=(9, 5.5))
     hs = sorted({r["H"] for r in records})
     colors = plt.cm.viridis([i / max(1, len(hs) - 1) for i in range(len(hs))])
@@ -280,33 +309,115 @@ def plot(records, path, title, op_name=None):
         ms = [r["M"] for r in rs]
         ax.plot(ms, [r["pct_of_copy"]["op"] for r in rs], "-o", color=color, label=f"H={h}", ms=3)
         if all("compile" in r["pct_of_copy"] for r in rs):
-            ax.plot(ms, [r["pct_of_copy"]["compile"] for r in rs], "--", color=color, alpha=0.6)
+            ax.plot(ms, [r["pct_of_copy"]["compile"] for r in rs], "--x", color=color, alpha=0.6, ms=4)
     ax.axhline(100, color="gray", lw=0.8)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("M (rows)")
     ax.set_ylabel("% of same-bytes copy bandwidth")
-    ax.set_title(f"{op_name or OP_NAMES[True]} ({title})\nsolid: fp8norm, dashed: torch.compile",
-                 fontsize=10)
+    mode = {"cold-l2": "cold L2", "hot": "hot L2", "cpu": "CPU wall clock"}[meta["mode"]]
+    ax.set_title(f"{meta['op']} ({meta['name']}, {meta['dtype']}, {mode})\n"
+                 f"solid: fp8norm, dashed: torch.compile", fontsize=10)
     ax.legend(ncol=3, fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
-def print_table(records):
-    cols = [("op", "op"), ("op_nonormed", "op no-normed"), ("eager", "eager"), ("compile", "compile")]
-    cols = [c for c in cols if any(c[0] in r["us"] for r in records)]
-    head = "| M | H | copy µs | " + " | ".join(f"{n} µs | {n} GB/s | {n} % copy" for _, n in cols) + " |"
-    print(head)
-    print("|" + "---|" * (3 + 3 * len(cols)))
-    for r in records:
-        cells = [str(r["M"]), str(r["H"]), f"{r['us']['copy']:.2f}"]
-        for k, _ in cols:
-            if k in r["us"]:
-                cells += [f"{r['us'][k]:.2f}", f"{r['gbps'][k]:.0f}", f"{r['pct_of_copy'][k]:.0f}"]
-            else:
-                cells += ["-", "-", "-"]
-        print("| " + " | ".join(cells) + " |")
+def measure(shapes, args, l2, meta):
+    """bench_shape for every shape that fits in --max-gb, into meta's records, skipped and warnings."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # the progress bar is optional
+        def tqdm(it, **_):
+            return it
+    for m, h in tqdm(shapes, desc="shapes", file=sys.stderr):
+        gb = device_gb(m, h, args, l2)
+        if gb > args.max_gb:
+            meta["skipped"].append([m, h])
+            meta["warnings"].append(f"skipped {m}x{h}: needs ~{gb:.1f} GB > --max-gb {args.max_gb}")
+            continue
+        compiled_ref = None
+        if not args.skip_compile:
+            torch._dynamo.reset()  # a fresh static-shape compilation for every shape
+            compiled_ref = torch.compile(_reference, dynamic=False)
+        rec = bench_shape(m, h, args, l2, compiled_ref)
+        meta["records"].append(rec)
+        worst = max(rec["spread"], key=rec["spread"].get)
+        meta["warnings"].append(unreliable(rec["spread"][worst], f" at {m}x{h}, {worst}"))
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cuda", "cpu"])
+    p.add_argument("--grid", choices=sorted(GRIDS), default=None, help="default: cpu on CPU, small on CUDA")
+    p.add_argument("--shapes", default=None, help="MxH list instead of a grid, e.g. 1x2048,16384x4096")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--hot", action="store_true",
+                   help="CUDA: back-to-back calls on the same buffers (operands in L2 where they fit) "
+                        "instead of cold L2")
+    p.add_argument("--calls", type=int, default=None,
+                   help="calls per graph with --hot (20), per CPU repeat (~20 ms), per --call-cost "
+                        "repeat (2000); cold L2 takes as many as its buffer sets")
+    p.add_argument("--replays", type=int, default=None, help="timed samples (CUDA 15, CPU and --call-cost 5)")
+    p.add_argument("--eager", action="store_true", help="time the eager reference on CUDA too (slow)")
+    p.add_argument("--skip-eager", action="store_true", help="do not time the eager reference on CPU")
+    p.add_argument("--skip-compile", action="store_true", help="do not time torch.compile of the reference")
+    p.add_argument("--call-cost", action="store_true",
+                   help="host µs per eager call (.out, functional op, Python wrapper, add_) at 1x7168 "
+                        "or --shapes, instead of the table")
+    p.add_argument("--json", default=None, help="write the results to this path")
+    p.add_argument("--plot", default=None, help="write a PNG: %% of copy bandwidth vs M, one line per H")
+    p.add_argument("--from-json", default=None, help="print (and --plot) an earlier --json file instead of measuring")
+    p.add_argument("--max-gb", type=float, default=40.0, help="skip shapes needing more device memory")
+    p.add_argument("--no-residual", action="store_true",
+                   help="time rmsnorm_fp8_block_quant (5 bytes per bf16 element, 3 without normed_out)")
+    p.add_argument("--weight-fp32", action="store_true",
+                   help="a float32 weight (the byte model keeps the input's dtype: the weight is read once)")
+    args = p.parse_args(argv)
+    if args.from_json:
+        with open(args.from_json) as f:
+            meta = json.load(f)
+        report(meta, args.plot)
+        return meta["records"]
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: no CUDA device")
+    args.dtype_t = getattr(torch, args.dtype)
+    args.wdtype_t = torch.float32 if args.weight_fp32 else args.dtype_t
+    args.cold = args.device == "cuda" and not args.hot
+    args.eager = (args.eager or args.device == "cpu") and not args.skip_eager
+    if args.shapes:
+        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    else:
+        shapes = [(1, 7168)] if args.call_cost else GRIDS[args.grid or ("small" if args.device == "cuda" else "cpu")]
+    cuda = args.device == "cuda"
+    l2 = (getattr(torch.cuda.get_device_properties(), "L2_cache_size", 0) or L2_FALLBACK) if cuda else 0
+    meta = dict(op=OP_NAMES[not args.no_residual], device=args.device,
+                name=torch.cuda.get_device_name() if cuda else "cpu", torch=torch.__version__,
+                dtype=args.dtype, weight_dtype=str(args.wdtype_t).replace("torch.", ""),
+                weight_fp32=args.weight_fp32, l2_bytes=l2, threads=torch.get_num_threads(),
+                loadavg=os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+                mode="call-cost" if args.call_cost else "cold-l2" if args.cold else "hot" if cuda else "cpu",
+                warnings=[], skipped=[], records=[])
+    if args.call_cost or not cuda:  # host time is measured
+        meta["warnings"].append(unreliable())
+    if args.call_cost:
+        args.calls, args.replays = args.calls or 2000, args.replays or 5
+        meta.update(calls=args.calls, replays=args.replays)
+        meta["records"] = [call_cost(m, h, args) for m, h in shapes]
+        meta["warnings"] += [unreliable(max(r["spread"].values()), f" at {r['M']}x{r['H']}") for r in meta["records"]]
+    else:
+        args.calls = args.calls or (20 if cuda else None)
+        args.replays = args.replays or (15 if cuda else 5)
+        meta.update(calls=args.calls, replays=args.replays)
+        measure(shapes, args, l2, meta)
+    meta["warnings"] = [w for w in meta["warnings"] if w]
+    report(meta, args.plot)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(meta, f, indent=1)
+    return meta["records"]
 
 
 if __name__ == "__main__":

@@ -1,89 +1,156 @@
-"""The benchmark command lines: the benchmark's help prints (argparse formats every help string),
-and benchmarks/ab_env.py times both sides, refuses a malformed group and fails when a run fails."""
+"""The benchmark's command line on CPU (a few seconds): its help, its JSON (header fields, byte
+model, timed columns), --no-residual, --weight-fp32, --from-json, --call-cost, and the cold-L2
+buffer sets it would time on a GPU (strides, alignment, count), built here on CPU."""
 import importlib.util
 import json
+import math
 import pathlib
 import subprocess
 import sys
 
 import pytest
+import torch
+
+import torch_fp8norm
 
 BENCH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_fused_add_rmsnorm_fp8_block_quant.py"
+FAST = ["--device", "cpu", "--skip-compile", "--calls", "1", "--replays", "1"]
 
 
-def test_benchmark_help(capsys):
+@pytest.fixture(scope="module")
+def bench():
     spec = importlib.util.spec_from_file_location("bench_fp8norm", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_help(bench, capsys):
     with pytest.raises(SystemExit) as exit_info:
         bench.main(["--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    assert "--shapes" in out and "% of copy bandwidth" in out
+    for flag in ("--shapes", "--grid", "--hot", "--call-cost", "--no-residual", "--weight-fp32", "--from-json",
+                 "--max-gb", "--skip-compile", "--skip-eager", "--plot", "cold L2", "% of copy bandwidth"):
+        assert flag in out, flag
 
 
-def test_benchmark_no_residual_on_cpu(tmp_path):
-    """--no-residual times rmsnorm_fp8_block_quant: its record says so, and its byte model is 5 bytes
-    per bf16 element (3 without normed_out), not the fused op's 9 (7)."""
-    out = tmp_path / "nores.json"
-    run = subprocess.run([sys.executable, str(BENCH), "--device", "cpu", "--shapes", "3x256", "--skip-compile",
-                          "--calls", "1", "--replays", "1", "--no-residual", "--json", str(out)],
-                         capture_output=True, text=True, timeout=300)
+def test_benchmark_script_on_cpu(tmp_path):
+    """The script as a command: a header line that says what was measured, a Markdown table, and a
+    JSON whose byte model is 9 bytes per bf16 element (7 without normed_out)."""
+    out = tmp_path / "b.json"
+    run = subprocess.run([sys.executable, str(BENCH), *FAST, "--shapes", "3x256,2x384", "--json", str(out)],
+                         capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("# fused_add_rmsnorm_fp8_block_quant on cpu (")
+    for words in ("threads)", "bfloat16", f"torch {torch.__version__}", "wall clock", ".out into preallocated",
+                  "allocate their outputs"):
+        assert words in lines[0], words
+    assert lines[1].startswith("| M | H | copy µs | op µs | op % of copy | no-normed µs (/ op) |")
+    assert lines[3].startswith("| 3 | 256 | ") and lines[4].startswith("| 2 | 384 | ")
     data = json.loads(out.read_text())
-    assert data["op"] == "rmsnorm_fp8_block_quant"
+    assert data["mode"] == "cpu" and data["device"] == "cpu" and data["dtype"] == "bfloat16"
+    assert data["op"] == "fused_add_rmsnorm_fp8_block_quant" and data["torch"] == torch.__version__
+    assert data["threads"] == torch.get_num_threads() and isinstance(data["warnings"], list)
+    for rec, (m, h) in zip(data["records"], [(3, 256), (2, 384)]):
+        assert (rec["M"], rec["H"], rec["residual"]) == (m, h, True)
+        assert rec["bytes"] == 9 * m * h + 4 * m * (h // 128) + 2 * h
+        assert rec["bytes_nonormed"] == 7 * m * h + 4 * m * (h // 128) + 2 * h
+        assert rec["sets"] == {"copy": 1, "copy_nonormed": 1, "op": 1}  # CPU: the same buffers
+        us = rec["us"]
+        assert all(us[k] > 0 for k in ("copy", "copy_nonormed", "op", "op_nonormed", "eager"))
+        assert "compile" not in us
+        assert us["copy"] == min(us["copy_memcpy"], us["copy_kernel"])
+        assert rec["pct_of_copy"]["op"] == pytest.approx(100 * us["copy"] / us["op"])
+        assert rec["pct_of_copy"]["op_nonormed"] == pytest.approx(100 * us["copy_nonormed"] / us["op_nonormed"])
+        assert rec["gbps"]["op"] == pytest.approx(rec["bytes"] / (us["op"] * 1e3))
+
+
+def test_benchmark_no_residual_and_fp32_weight(bench, tmp_path, capsys):
+    """--no-residual times rmsnorm_fp8_block_quant (5 bytes per bf16 element, 3 without normed_out);
+    --weight-fp32 leaves the byte model alone and says so in the header."""
+    out = tmp_path / "nores.json"
+    bench.main([*FAST, "--shapes", "3x256", "--no-residual", "--weight-fp32", "--skip-eager", "--json", str(out)])
+    assert "(weight float32)" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["op"] == "rmsnorm_fp8_block_quant" and data["weight_dtype"] == "float32"
     (rec,) = data["records"]
-    assert rec["residual"] is False
     m, h = 3, 256
+    assert rec["residual"] is False
     assert rec["bytes"] == 5 * m * h + 4 * m * (h // 128) + 2 * h
     assert rec["bytes_nonormed"] == 3 * m * h + 4 * m * (h // 128) + 2 * h
-    assert all(rec["us"][k] > 0 for k in ("op", "op_nonormed", "eager"))
+    assert "eager" not in rec["us"] and rec["us"]["op"] > 0
 
 
-AB_ENV = BENCH.parent / "ab_env.py"
+def test_benchmark_from_json_reprints(bench, tmp_path, capsys):
+    out = tmp_path / "b.json"
+    bench.main([*FAST, "--shapes", "3x256", "--json", str(out)])
+    first = capsys.readouterr().out
+    bench.main(["--from-json", str(out)])
+    assert capsys.readouterr().out == first
 
 
-def test_ab_env_runs_both_sides(tmp_path):
-    """benchmarks/ab_env.py: one pass, two environments, each shape timed on both sides."""
-    out = tmp_path / "ab.json"
-    run = subprocess.run([sys.executable, str(AB_ENV), str(out), "1",
-                          "g;bfloat16;2x256,3x384;FP8NORM_CPU_ISA=baseline;"],
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout + run.stderr
-    records = json.loads(out.read_text())["records"]
-    assert sorted(records) == ["g|bfloat16|2x256", "g|bfloat16|3x384"]
-    for sides in records.values():
-        assert len(sides["A"]) == len(sides["B"]) == 1 and sides["A"][0]["op"] > 0 and sides["B"][0]["op"] > 0
-    # the table's row: the op and the op without normed_out on both sides, B / A of each, both copies
-    row = next(line for line in run.stdout.splitlines() if "g|bfloat16|2x256" in line)
-    assert len(row.strip().strip("|").split(" | ")) == 9, row
+def test_benchmark_call_cost(bench, tmp_path, capsys):
+    out = tmp_path / "cc.json"
+    bench.main(["--device", "cpu", "--call-cost", "--shapes", "1x256", "--calls", "20", "--replays", "2",
+                "--json", str(out)])
+    printed = capsys.readouterr().out.splitlines()
+    assert "host cost per eager call, 20 calls back to back" in printed[0]
+    assert printed[1].startswith("| M | H | .out µs | functional op µs | Python wrapper µs |")
+    data = json.loads(out.read_text())
+    assert data["mode"] == "call-cost"
+    (rec,) = data["records"]
+    assert (rec["M"], rec["H"]) == (1, 256)
+    assert sorted(rec["call_us"]) == ["add_", "functional", "out", "wrapper"] and min(rec["call_us"].values()) > 0
+    bench.main(["--from-json", str(out)])
+    assert capsys.readouterr().out.splitlines() == printed
 
 
-def test_ab_env_passes_bench_args(tmp_path):
-    """A group's optional sixth field goes to both sides' benchmark runs: --no-residual runs, and
-    an argument the benchmark does not know fails both sides (so the field is not dropped)."""
-    out = tmp_path / "ab.json"
-    run = subprocess.run([sys.executable, str(AB_ENV), str(out), "1", "g;bfloat16;2x256;;;--no-residual"],
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout + run.stderr
-    sides = json.loads(out.read_text())["records"]["g|bfloat16|2x256"]
-    assert len(sides["A"]) == len(sides["B"]) == 1
-    run = subprocess.run([sys.executable, str(AB_ENV), str(out), "1", "g;bfloat16;2x256;;;--no-such-flag"],
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode != 0 and "2 benchmark run(s) failed" in run.stderr, run.stderr[-500:]
+def test_cold_sets(bench):
+    """The cold-L2 sets: enough to cover 4x the L2 (at most MAX_SETS, 1 when hot), each set its own
+    views of one arena per stream, block_scale strided like the functional ops' result, every view
+    16-byte aligned; the copy pairs hold half the bytes each."""
+    l2 = 60 << 20
+    sb = bench.set_bytes(1, 2048, torch.bfloat16, torch.bfloat16, True)
+    assert sb == 3 * 2 * 2048 + 2048 + 2 * 2048 + 4 * 16 * 4
+    assert bench.n_sets(sb, l2, True) == math.ceil(4 * l2 / sb) and bench.n_sets(sb, l2, False) == 1
+    assert bench.n_sets(1, l2, True) == bench.MAX_SETS and bench.n_sets(10**12, l2, True) == 1
+    m, h, n = 5, 384, 3
+    sets = bench.op_sets(m, h, n, torch.bfloat16, torch.float32, True, "cpu")
+    assert len(sets) == n
+    for ins, out, scale, normed in sets:
+        assert [t.shape for t in ins] == [(m, h), (m, h), (h,)] and ins[2].dtype == torch.float32
+        assert out.shape == normed.shape == (m, h) and out.dtype == torch.float8_e4m3fn
+        assert scale.shape == (m, h // 128) and scale.stride() == torch_fp8norm.block_scale_layout_strides(m)
+        assert all(t.is_contiguous() for t in (*ins, out, normed))
+        assert all(t.data_ptr() % 16 == 0 for t in (*ins, out, scale, normed))
+    for k in range(4):  # each stream's sets are disjoint
+        ptrs = [(s[k] if k else s[0][0]).data_ptr() for s in sets]
+        assert len(set(ptrs)) == n
+    ins, out, scale, normed = sets[1]
+    torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out(*ins, 1e-6, False, out=out, block_scale=scale,
+                                                            normed_out=normed)
+    pairs = bench.copy_sets(1000, 3, "cpu")
+    assert all(s.numel() * 4 * 2 >= 1000 and s.data_ptr() % 16 == 0 and d.data_ptr() % 16 == 0 for s, d in pairs)
 
 
-def test_ab_env_rejects_a_malformed_group(tmp_path):
-    run = subprocess.run([sys.executable, str(AB_ENV), str(tmp_path / "ab.json"), "1", "g;bfloat16;2x256"],
-                         capture_output=True, text=True, timeout=60)
-    assert run.returncode != 0 and "name;dtype;shapes;ENV_A;ENV_B" in run.stderr
-
-
-def test_ab_env_fails_when_a_run_fails(tmp_path):
-    """A side whose benchmark run fails makes the exit status non-zero (no silent half table).
-    B's interpreter cannot start (no standard library under PYTHONHOME): a failure on every
-    machine, CPU or GPU."""
-    run = subprocess.run([sys.executable, str(AB_ENV), str(tmp_path / "ab.json"), "1",
-                          "g;bfloat16;2x256;;PYTHONHOME=/nonexistent"],
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode != 0 and "1 benchmark run(s) failed" in run.stderr
+def test_header_and_table_for_cuda_records(bench, tmp_path, capsys):
+    """The CUDA modes' header and the torch.compile columns (not timed on CPU here), from a record
+    of the JSON's form."""
+    meta = dict(op="fused_add_rmsnorm_fp8_block_quant", device="cuda", name="NVIDIA H200", torch="2.11.0",
+                dtype="bfloat16", weight_dtype="bfloat16", l2_bytes=60 << 20, threads=16, calls=20, replays=15,
+                mode="cold-l2", warnings=[], records=[dict(
+                    M=1, H=2048, us=dict(copy=1.0, copy_nonormed=0.9, op=2.0, op_nonormed=1.8, compile=3.0),
+                    pct_of_copy=dict(op=50.0, op_nonormed=50.0, compile=100 / 3))])
+    bench.report(meta)
+    lines = capsys.readouterr().out.splitlines()
+    assert "NVIDIA H200" in lines[0] and "cold L2" in lines[0] and "60 MiB" in lines[0]
+    assert lines[1] == ("| M | H | copy µs | op µs | op % of copy | no-normed µs (/ op) | no-normed % of its copy "
+                        "| torch.compile µs | op speedup over compile |")
+    assert lines[3] == "| 1 | 2048 | 1.00 | 2.00 | 50 | 1.80 (0.90) | 50 | 3.00 | 1.50x |"
+    meta["mode"] = "hot"
+    assert "hot L2" in bench.header(meta)
+    pytest.importorskip("matplotlib")
+    bench.plot(meta, tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 0
