@@ -1,4 +1,4 @@
-# Sourced by .ci/run and benchmarks/launch_table.sh: when CUDA_HOME is unset, sets and exports it
+# Sourced by .ci/run: when CUDA_HOME is unset, sets and exports it
 # to the toolkit of the nvcc on PATH. That nvcc may be a wrapper script outside the toolkit, so
 # torch would guess wrong: ask nvcc where its toolkit is (setup.py does the same in Python).
 if [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null 2>&1; then
