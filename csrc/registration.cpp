@@ -8,7 +8,7 @@
 #include <c10/core/GradMode.h>
 #include <torch/library.h>
 
-#include <vector>
+#include <array>
 
 #include "common/fp8norm.h"
 
@@ -77,7 +77,8 @@ void no_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::j
   const std::string& name = op.schema().name();  // "fp8norm::<op>"
   const auto args = torch::jit::last(*stack, params.size());
   const bool grad_mode = c10::GradMode::is_enabled();
-  std::vector<at::Tensor> written;
+  std::array<at::Tensor, 4> written;  // the schemas write at most four tensors
+  size_t n_written = 0;
   for (size_t i = 0; i < params.size(); ++i) {
     if (!args[i].isTensor()) continue;
     const at::Tensor& t = args[i].toTensor();
@@ -85,13 +86,13 @@ void no_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::j
                 params[i].name(), " requires grad, but these ops have no backward (they are for "
                 "inference). Call them under torch.no_grad() or torch.inference_mode(), or pass ",
                 params[i].name(), ".detach()");
-    if (params[i].alias_info() != nullptr && params[i].alias_info()->isWrite()) written.push_back(t);
+    if (params[i].alias_info() != nullptr && params[i].alias_info()->isWrite()) written.at(n_written++) = t;
   }
   {
     const at::AutoDispatchBelowADInplaceOrView below;  // nested calls (functional -> .out) too
     op.redispatchBoxed(ks & c10::after_ADInplaceOrView_keyset, stack);
   }
-  for (const auto& t : written) t.unsafeGetTensorImpl()->bump_version();
+  for (size_t i = 0; i < n_written; ++i) written[i].unsafeGetTensorImpl()->bump_version();
 }
 
 }  // namespace
