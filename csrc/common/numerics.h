@@ -56,8 +56,8 @@ inline float rstd_from_sum_of_squares(double sum_sq, int64_t H, float eps) {
 // The same value for the CUDA kernel, by a shorter chain of dependent double operations (its
 // critical path at decode sizes): one fma for mean + eps with inv_h = 1 / H computed on the host
 // (one more double rounding), and CUDA's double rsqrt (within 1 double ulp) instead of a
-// correctly rounded division, sqrt and reciprocal (v3; 0.12-0.15 µs slower at decode sizes,
-// benchmarks/NOTES.md, v4). Error: a few double ulps, as above.
+// correctly rounded division, sqrt and reciprocal (slower at decode sizes, where this chain is
+// the critical path). Error: a few double ulps, as above.
 __device__ inline float rstd_from_sum_of_squares_device(double sum_sq, double inv_h, float eps) {
   return __double2float_rn(rsqrt(__fma_rn(sum_sq, inv_h, static_cast<double>(eps))));
 }
@@ -126,13 +126,13 @@ C10_HOST_DEVICE inline float scaled(float g, float scale) {
 // signed zero: the fp8 byte is the contract's. Signed zeros: r is formed as q0 * scale - g and
 // multiplied by -rcp (not formed as g - q0 * scale and multiplied by rcp), so where it is
 // exactly zero (+0) the second fma adds -0 to q0 and keeps q0's sign, which is g's: g = -0 gives
-// -0 without a copysign (v48's form needed one). Not -fma(q0, scale, -g) * rcp either: GCC
+// -0 without a copysign. Not -fma(q0, scale, -g) * rcp either: GCC
 // rewrites that negation as fma(-q0, scale, g), whose exact zero is +0 (seen in the offline check).
 // Scale inf or NaN (a block holding inf or NaN): rcp is 0 or NaN and s is 0, so r = -g and q =
 // -g * -rcp + q0 with q0 = g * rcp: what g / scale gives (+-0 with g's sign, or NaN), without a
 // select per element. Checked on the CPU exhaustively over g for three scales, on 4e8 random
-// pairs (the same bits as v48's form), and for scale inf / NaN against every kind of g
-// (tests/offline/check_scaled_by_reciprocal.cpp; benchmarks/NOTES.md, v3 and v49).
+// pairs, and for scale inf / NaN against every kind of g
+// (tests/offline/check_scaled_by_reciprocal.cpp).
 C10_HOST_DEVICE inline float scaled_by_reciprocal(float g, float s, float rcp) {
 #ifdef __CUDA_ARCH__
   const float q0 = __fmul_rn(g, rcp);
