@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <array>
-#include <vector>
 
 #include "numerics.h"
 
@@ -152,13 +151,15 @@ bool overlaps(const Footprint& a, const Footprint& b) {
 // Whether a written tensor has two elements at one address.
 bool overlaps_itself(const at::Tensor& t) {
   if (t.numel() <= 1) return false;
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims of size > 1
+  std::array<std::pair<int64_t, int64_t>, 2> dims;  // (stride, size) of the dims of size > 1
+  size_t n = 0;                                      // (the op's tensors have at most two)
   for (const auto d : c10::irange(t.dim())) {
-    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+    if (t.size(d) > 1) dims.at(n++) = {t.stride(d), t.size(d)};
   }
-  std::sort(dims.begin(), dims.end());
+  std::sort(dims.begin(), dims.begin() + n);
   int64_t span = 1;  // elements covered by the inner dims so far
-  for (const auto& [stride, size] : dims) {
+  for (size_t i = 0; i < n; ++i) {
+    const auto& [stride, size] = dims[i];
     if (stride < span) return true;  // conservative: inner dims not nested inside this stride
     span = stride * (size - 1) + span;
   }
@@ -175,23 +176,27 @@ void check_no_overlap(const char* op, const at::Tensor& input, const at::Tensor*
     const at::Tensor* t;
     bool written;
   };
-  std::vector<Arg> args = {{"input", &input, false}, {"weight", &weight, false}};
-  if (residual != nullptr) args.push_back({"residual", residual, true});
-  args.push_back({"out", &out, true});
-  args.push_back({"block_scale", &block_scale, true});
-  if (normed_out.has_value()) args.push_back({"normed_out", &*normed_out, true});
+  std::array<Arg, 6> args;  // no allocation: this runs on every call
+  size_t n = 0;
+  args[n++] = {"input", &input, false};
+  args[n++] = {"weight", &weight, false};
+  if (residual != nullptr) args[n++] = {"residual", residual, true};
+  args[n++] = {"out", &out, true};
+  args[n++] = {"block_scale", &block_scale, true};
+  if (normed_out.has_value()) args[n++] = {"normed_out", &*normed_out, true};
 
-  std::vector<Footprint> prints;
-  for (const auto& a : args) {
+  std::array<Footprint, 6> prints;
+  for (size_t k = 0; k < n; ++k) {
+    const Arg& a = args[k];
     if (a.written) {
       TORCH_CHECK(!overlaps_itself(*a.t), op, ": ", a.name,
                   " has overlapping elements (its strides ", to_str(a.t->strides()),
                   " map two elements to one address); it is written, so it must not");
     }
-    prints.push_back(footprint(*a.t));
+    prints[k] = footprint(*a.t);
   }
-  for (const auto i : c10::irange(args.size())) {
-    for (const auto j : c10::irange(i + 1, args.size())) {
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = i + 1; j < n; ++j) {
       if (!args[i].written && !args[j].written) continue;
       TORCH_CHECK(!overlaps(prints[i], prints[j]), op, ": ", args[j].name, " overlaps ",
                   args[i].name, " in memory; ", args[j].written ? args[j].name : args[i].name,
