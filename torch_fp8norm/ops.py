@@ -68,6 +68,8 @@ def fused_add_rmsnorm_fp8_block_quant(
         (for 2-D inputs strided (1, round_up(M, 4)): column-major, TMA-aligned); normed (..., H)
         of input's dtype. out * block_scale (broadcast per 128 elements) approximates normed.
     """
+    if input.dim() == 2 and residual.dim() == 2:  # the op's own form: nothing to view
+        return torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant(input, residual, weight, eps, scale_ue8m0)
     lead = input.shape[:-1]
     out, scale, normed = torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant(
         _rows(input, "input", False), _rows(residual, "residual", True), weight, eps, scale_ue8m0)
@@ -83,6 +85,8 @@ def rmsnorm_fp8_block_quant(
     """``normed = rmsnorm(input) * weight; (out, block_scale) = fp8_quant_1x128(normed)`` in one
     memory pass (a model's first layer: no residual). Arguments and results as for
     :func:`fused_add_rmsnorm_fp8_block_quant`."""
+    if input.dim() == 2:  # the op's own form: nothing to view
+        return torch.ops.fp8norm.rmsnorm_fp8_block_quant(input, weight, eps, scale_ue8m0)
     lead = input.shape[:-1]
     out, scale, normed = torch.ops.fp8norm.rmsnorm_fp8_block_quant(
         _rows(input, "input", False), weight, eps, scale_ue8m0)
