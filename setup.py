@@ -6,7 +6,6 @@ No GPU is needed at build time. Environment:
                         compute_80 PTX), so the library loads on any GPU of compute capability
                         >= 8.0.
   FP8NORM_CPU_ONLY=1    build without CUDA even when it is available.
-  FP8NORM_NVCC_FLAGS    extra nvcc flags (e.g. to build a kernel variant for a benchmark).
   CUDA_HOME             the CUDA toolkit; when unset, the folder nvcc itself reports is used.
 """
 import glob
@@ -56,8 +55,9 @@ use_cuda = (
     and os.path.exists(os.path.join(CUDA_HOME, "bin", "nvcc"))
 )
 
+# csrc/cuda/*.cpp is the launch policy, pure C++: in every build (its tests run on CPU).
 sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")) + glob.glob(os.path.join("csrc", "common", "*.cpp"))
-                 + glob.glob(os.path.join("csrc", "cpu", "*.cpp")))
+                 + glob.glob(os.path.join("csrc", "cpu", "*.cpp")) + glob.glob(os.path.join("csrc", "cuda", "*.cpp")))
 # -fopenmp: at::parallel_for is inline; without it the CPU kernel runs on one thread.
 # -fno-trapping-math: lets GCC compute both sides of a select (the CPU kernel's branch-free fp8
 # conversion) and vectorize; it changes no result (no reassociation, no fast-math).
@@ -71,7 +71,7 @@ if use_cuda:
     ext_cls = CUDAExtension
     sources += sorted(glob.glob(os.path.join("csrc", "cuda", "*.cu")))
     # No fast-math: the contract fixes results bit for bit (correctly rounded division).
-    extra["nvcc"] = ["-O3", "-lineinfo"] + os.environ.get("FP8NORM_NVCC_FLAGS", "").split()
+    extra["nvcc"] = ["-O3", "-lineinfo"]
 
 setup(
     name="torch_fp8norm",

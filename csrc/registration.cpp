@@ -11,6 +11,7 @@
 #include <array>
 
 #include "common/fp8norm.h"
+#include "cuda/launch_policy.h"
 
 extern "C" {
 // `import torch_fp8norm._C` loads this library, whose static initializers register the ops.
@@ -95,6 +96,36 @@ void no_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::j
   for (size_t i = 0; i < n_written; ++i) written[i].unsafeGetTensorImpl()->bump_version();
 }
 
+// fp8norm::_launch_plan: the CUDA launch policy's plan for a problem on a device, as one line
+// (tests/test_launch_policy.py: the golden file). Pure C++: in CPU-only builds too.
+std::string launch_plan(int64_t rows, int64_t hidden, int64_t elem_size, bool residual, bool normed, bool aligned,
+                        bool weight_fp32, bool one_stride, bool scale_lines, int64_t sms, int64_t major,
+                        int64_t l2_bytes, int64_t max_smem, bool pdl, const std::string& force) {
+  launch::Problem p{rows, hidden, static_cast<int>(elem_size), residual, normed, aligned, weight_fp32,
+                    one_stride, scale_lines};
+  launch::Device d{static_cast<int>(sms), static_cast<int>(major), l2_bytes, max_smem, pdl};
+  TORCH_CHECK(rows > 0 && hidden > 0 && hidden % launch::kBlock == 0 && (elem_size == 2 || elem_size == 4),
+              "fp8norm._launch_plan: rows > 0, H a positive multiple of 128, elem_size 2 or 4");
+  std::optional<launch::Kernel> k;
+  if (!force.empty()) {
+    k = launch::kernel_from_name(force);
+    TORCH_CHECK(k.has_value(), "fp8norm._launch_plan: no kernel named '", force, "'");
+    const std::string why = launch::check_forced(p, d, *k);
+    TORCH_CHECK(why.empty(), "fp8norm._launch_plan: ", force, " cannot run this call: ", why);
+  }
+  return launch::to_string(launch::plan(p, d, k));
+}
+
+// fp8norm::_force_kernel: the test hook; every CUDA launch takes this kernel ("": the policy's).
+void force_kernel(const std::string& name) {
+  std::optional<launch::Kernel> k;
+  if (!name.empty()) {
+    k = launch::kernel_from_name(name);
+    TORCH_CHECK(k.has_value(), "fp8norm._force_kernel: no kernel named '", name, "'");
+  }
+  launch::set_forced_kernel(k);
+}
+
 }  // namespace
 
 TORCH_LIBRARY(fp8norm, m) {
@@ -112,6 +143,12 @@ TORCH_LIBRARY(fp8norm, m) {
       "rmsnorm_fp8_block_quant.out(Tensor input, Tensor weight, float eps=1e-06, "
       "bool scale_ue8m0=False, *, Tensor(b!) out, Tensor(c!) block_scale, "
       "Tensor(d!)? normed_out=None) -> ()");
+  // Private, for the tests: the launch policy, and a kernel forced instead of its choice.
+  m.def("_launch_plan(int rows, int hidden, int elem_size, bool residual, bool normed, bool aligned, "
+        "bool weight_fp32, bool one_stride, bool scale_lines, int sms, int major, int l2_bytes, int max_smem, "
+        "bool pdl, str force='') -> str",
+        &launch_plan);
+  m.def("_force_kernel(str name) -> ()", &force_kernel);
 }
 
 TORCH_LIBRARY_IMPL(fp8norm, CompositeExplicitAutograd, m) {

@@ -1,6 +1,7 @@
 """Shared helpers of the fp8norm tests: devices, input makers, poisoning, the contract check."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Optional
 
@@ -15,6 +16,23 @@ LAYOUTS = ["tma", "scaled_mm", "row_major"]  # block_scale layouts accepted by t
 
 # normed_out may differ from the reference by this many units in the last place of its dtype.
 NORMED_ULP = 1
+
+# Where check_contract evaluates the reference: None, the op's own device; tests/gpu/sanitize_cases.py
+# sets "cpu", so that compute-sanitizer checks this library's kernels, not torch's reductions.
+REFERENCE_DEVICE = None
+
+
+@contextlib.contextmanager
+def forced_kernel(name: str):
+    """Every CUDA launch inside the block takes kernel `name` (launch_policy.h's names: row,
+    row_narrow, row_four, tile1, tile4, half_tile1, half_tile4, cluster1, cluster4)
+    with the geometry the policy gives it, instead of the policy's choice; a call that kernel
+    cannot run raises."""
+    torch.ops.fp8norm._force_kernel(name)
+    try:
+        yield
+    finally:
+        torch.ops.fp8norm._force_kernel("")
 
 
 def poison_(t: torch.Tensor) -> torch.Tensor:
@@ -64,40 +82,48 @@ def storage_bytes(t: torch.Tensor) -> torch.Tensor:
 
 
 def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """|a - b| in units in the last place of their (shared) float dtype, as int64, on CPU.
+    """|a - b| in units in the last place of their (shared) float dtype, as int64, on a's device.
     NaN vs NaN counts 0; NaN vs non-NaN counts as huge."""
     int_t = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}[a.dtype]
     bits = {torch.int32: 31, torch.int16: 15}[int_t]
 
     def ordered(x):
-        i = x.cpu().contiguous().view(int_t).long()
+        i = x.contiguous().view(int_t).long()
         mag = i & ((1 << bits) - 1)
         return torch.where(i < 0, -mag, mag)
 
+    b = b.to(a.device)
     d = (ordered(a) - ordered(b)).abs()
-    an, bn = torch.isnan(a.cpu()), torch.isnan(b.cpu())
+    an, bn = torch.isnan(a), torch.isnan(b)
     d = torch.where(an & bn, torch.zeros_like(d), d)
     return torch.where(an ^ bn, torch.full_like(d, 1 << 40), d)
 
 
+def _first_mismatch(bad: torch.Tensor, what: str, got: torch.Tensor, want: torch.Tensor, fmt):
+    """Fails with the count and the first index of `bad` (a boolean mask); only that element moves
+    to the host."""
+    if not bool(bad.any()):
+        return
+    idx = bad.nonzero()
+    first = tuple(idx[0].tolist())
+    raise AssertionError(f"{what}: {idx.shape[0]} elements differ, first at {list(first)}: "
+                         f"got {fmt(got[first])}, want {fmt(want[first])}")
+
+
 def assert_fp8_equal(got: torch.Tensor, want: torch.Tensor, what: str):
     """Bitwise equality of float8_e4m3fn tensors; the two NaN encodings (0x7F, 0xFF) are equal."""
-    g = got.cpu().contiguous().view(torch.uint8)
-    w = want.cpu().contiguous().view(torch.uint8)
+    g = got.contiguous().view(torch.uint8)
+    w = want.to(got.device).contiguous().view(torch.uint8)
     g = torch.where((g & 0x7F) == 0x7F, torch.full_like(g, 0x7F), g)
     w = torch.where((w & 0x7F) == 0x7F, torch.full_like(w, 0x7F), w)
-    bad = (g != w).nonzero()
-    assert bad.numel() == 0, f"{what}: {bad.shape[0]} fp8 bytes differ, first at {bad[0].tolist()}: " \
-        f"got {g[tuple(bad[0])].item():#04x}, want {w[tuple(bad[0])].item():#04x}"
+    _first_mismatch(g != w, what, g, w, lambda v: f"{int(v):#04x}")
 
 
 def assert_bitwise(got: torch.Tensor, want: torch.Tensor, what: str):
-    g, w = got.cpu(), want.cpu()
-    assert g.shape == w.shape and g.dtype == w.dtype, f"{what}: {g.shape}/{g.dtype} vs {w.shape}/{w.dtype}"
-    same = (g == w) | (torch.isnan(g) & torch.isnan(w))
-    bad = (~same).nonzero()
-    assert bad.numel() == 0, f"{what}: {bad.shape[0]} elements differ, first at {bad[0].tolist()}: " \
-        f"got {g[tuple(bad[0])].item()!r}, want {w[tuple(bad[0])].item()!r}"
+    w = want.to(got.device)
+    assert got.shape == w.shape and got.dtype == w.dtype, f"{what}: {got.shape}/{got.dtype} vs {w.shape}/{w.dtype}"
+    same = (got == w) | (torch.isnan(got) & torch.isnan(w))
+    _first_mismatch(~same, what, got, w, lambda v: repr(v.item()))
 
 
 def exact_rstd_normalize(s: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -109,30 +135,35 @@ def exact_rstd_normalize(s: torch.Tensor, weight: torch.Tensor, eps: float) -> t
 
 
 def check_contract(x, residual_before, weight, eps, ue8m0, residual_after, out, block_scale, normed):
-    """The numerical contract, checked against reference.py evaluated on CPU copies.
+    """The numerical contract, checked against reference.py on the op's own device (every step
+    of the reference there is exact: float32 adds, products and divisions by tensors, float64
+    for rstd), so that CUDA results need no copy to the host.
 
-    residual_before is None for rmsnorm_fp8_block_quant. normed must be the op's normed_out.
+    The new residual is bitwise the reference's. normed_out is within NORMED_ULP of the reference
+    evaluated with rstd computed in float64 and rounded once to float32 (the kernels' rstd; the
+    reference's own float32 mean and rsqrt are a few float32 ulps off it, and their order differs
+    between devices). out and block_scale are bitwise the reference's quantization of the op's
+    own normed_out. residual_before is None for rmsnorm_fp8_block_quant.
     """
-    xc, wc = x.cpu(), weight.cpu()
+    if REFERENCE_DEVICE is not None:
+        x, residual_before, weight, residual_after, out, block_scale, normed = (
+            None if t is None else t.to(REFERENCE_DEVICE)
+            for t in (x, residual_before, weight, residual_after, out, block_scale, normed))
     if residual_before is not None:
-        rc = residual_before.cpu().clone()
-        _, _, ref_normed = R.fused_add_rmsnorm_fp8_block_quant(xc, rc, wc, eps, ue8m0)
+        rc = residual_before.clone()
+        R.fused_add_rmsnorm_fp8_block_quant(x, rc, weight, eps, ue8m0)
         assert_bitwise(residual_after, rc, "residual")
+        s_ref = rc
     else:
-        _, _, ref_normed = R.rmsnorm_fp8_block_quant(xc, wc, eps, ue8m0)
-    if x.dtype == torch.float32:
-        # For float32 one ulp is finer than torch's own float32 mean and rsqrt (up to ~3 ulp
-        # off the exact values): there the reference is evaluated with the exact rstd.
-        s_ref = residual_after.cpu() if residual_before is not None else xc
-        ref_normed = exact_rstd_normalize(s_ref, wc, eps)
+        s_ref = x
+    ref_normed = exact_rstd_normalize(s_ref, weight, eps)
     d = ulp_distance(normed, ref_normed)
     if d.numel():
-        worst = d.argmax()
-        assert d.max().item() <= NORMED_ULP, (
-            f"normed_out: {d.max().item()} ulp from the reference (allowed {NORMED_ULP}) at flat "
-            f"index {worst.item()}: got {normed.cpu().flatten()[worst].item()!r}, "
-            f"want {ref_normed.flatten()[worst].item()!r}")
-    q, s = R.quantize_fp8_block(normed.cpu(), ue8m0)
+        worst = int(d.argmax())
+        assert int(d.flatten()[worst]) <= NORMED_ULP, (
+            f"normed_out: {int(d.flatten()[worst])} ulp from the reference (allowed {NORMED_ULP}) at flat "
+            f"index {worst}: got {normed.flatten()[worst].item()!r}, want {ref_normed.flatten()[worst].item()!r}")
+    q, s = R.quantize_fp8_block(normed, ue8m0)
     assert_fp8_equal(out, q, "out")
     assert_bitwise(block_scale, s, "block_scale")
 
@@ -174,10 +205,9 @@ class Case:
 
 
 def make_inputs(c: Case, gen: Optional[torch.Generator] = None, values=None):
-    """Fresh random inputs for a case: rows scaled by random powers of e, random weight. The
-    numbers are drawn on gen's device (default: a fresh CPU generator; a CUDA one keeps inputs
-    of gigabytes off the host)."""
-    gen = gen or torch.Generator().manual_seed(torch.randint(0, 2**31, ()).item())
+    """Fresh random inputs for a case: rows scaled by random powers of e, random weight, drawn on
+    gen's device (default: a fresh generator on the case's device)."""
+    gen = gen or torch.Generator(c.device).manual_seed(torch.randint(0, 2**31, ()).item())
 
     def randn(*shape):
         return torch.randn(*shape, generator=gen, device=gen.device)

@@ -117,43 +117,26 @@ def test_edge_values(device, dtype, fused, ue8m0):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("m,h", [(5, 2048), (600, 2048), (3, 16384)])
 def test_every_kernel_variant(device, m, h):
-    # The CUDA kernel is instantiated per (dtype, weight dtype, residual or not, aligned rows or
-    # not, vectors per thread); the launch table picks vectors per thread from H and M (600 rows
-    # exceed 4 x the SM count of any current GPU, 5 do not; 16384 takes 4 per thread at any M).
+    # The kernels are instantiated per dtype, weight dtype, residual or not and aligned rows or
+    # not: every combination at a decode size, in a grid of many rows and with long rows.
     for dtype in DTYPES:
         for weight_fp32, fused, pad in itertools.product([False, True], [True, False], [0, 1]):
             check_case(Case(device, dtype, m, h, fused=fused, weight_fp32=weight_fp32, pad=pad,
                             ue8m0=pad == 1, normed_none=weight_fp32 and not fused))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_narrow_vectors(dtype):
-    # One-row CTAs of 2-byte rows of an odd number of half-warps (an odd number of 1x128 blocks)
-    # take 8-byte vectors in whole warps by default (launch_config's rule): H = 1152 / 1408 / 1920
-    # in CTAs of 288 / 352 / 480 threads, in grids of at most two rows per SM (of any GPU: 256 x
-    # 1152 on one of 128 SMs or more), cache-hinted at decode sizes, plain at 256 x 1152; every
-    # overload option. (tests/test_launch_switches.py checks which kernel runs.)
-    for i, (m, h) in enumerate([(1, 1152), (128, 1408), (77, 1920), (256, 1152)]):
-        for fused, weight_fp32, normed_none in itertools.product([True, False], [False, True], [False, True]):
-            check_case(Case("cuda", dtype, m, h, fused=fused, weight_fp32=weight_fp32, normed_none=normed_none,
-                            ue8m0=(i + fused) % 2 == 0, layout=LAYOUTS[i % len(LAYOUTS)]))
-
-
 # Which row streams are padded (row stride H + 128) in test_row_strides_per_stream: none or all
-# (one row stride for all four, a row offset shared by them in the CUDA kernel's one-vector rows
-# when the call writes normed_out), or one of them (each stream's own stride).
+# (one row stride for all four: one row offset in the CUDA row kernels when the call writes
+# normed_out), or one of them (each stream's own stride).
 PADDED_STREAMS = [(), ("input", "residual", "normed", "out"), ("input",), ("residual",), ("normed",), ("out",)]
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_row_strides_per_stream(device, dtype):
-    # Every row stream with its own row stride: on CUDA at decode sizes (bf16 H = 2048 / 4096:
-    # one-vector one-row CTAs of whole warps), in grids of many lean one-vector rows (2-byte types
-    # with normed_out: 2048 x 2048 in the FULL kernel, whole warps in the plain-access band since
-    # v60; 2048 x 2176, 272 vectors in 288 threads, with the `valid` predicate) and in 4-vector
-    # rows (700 x 8192), with and without normed_out and a residual.
+    # Every row stream with its own row stride: on CUDA in the row kernels at decode sizes and in
+    # grids of many rows (2048 x 2048 whole warps, 2048 x 2176 with idle lanes), and in tile rows
+    # (700 x 8192), with and without normed_out and a residual.
     shapes = [(5, 2048)] if device == "cpu" else [(1, 2048), (128, 4096), (2048, 2048), (2048, 2176), (700, 8192)]
     for (m, h), padded, fused, normed_none in itertools.product(shapes, PADDED_STREAMS, [True, False], [False, True]):
         if normed_none and padded == ("normed",):
@@ -162,94 +145,38 @@ def test_row_strides_per_stream(device, dtype):
                         pads={k: 128 for k in padded}))
 
 
+# Shapes of the CUDA launch policy's families on a GPU of 132 SMs (tests/test_kernels.py forces
+# every kernel; these run the policy's own choices): rows without a residual in tile rows of one
+# warp, several to a CTA (2113 x 1024) and in four-vector row CTAs (4001 x 2048, a float32 weight
+# 3001 x 4096); the block-scale L2 line policy in deep grids (16384 x 4096, 32768 x 2048, M a
+# multiple of 32, column-major scales); clusters of 2 and 4 CTAs per row at any M for rows of
+# more than 4096 vectors (H 65536 / 131072; 65664: 513 blocks, slices of 171, unaligned rows);
+# slices of two tiles with the shared-memory stash (128 x 32768). Each with and without
+# normed_out, a block_scale layout each.
+POLICY_SHAPES = [
+    (torch.bfloat16, 2113, 1024, False, False, 0), (torch.float16, 4001, 2048, False, False, 0),
+    (torch.bfloat16, 3001, 4096, False, True, 0), (torch.bfloat16, 16384, 4096, True, False, 0),
+    (torch.float16, 32768, 2048, True, False, 128), (torch.float32, 16384, 4096, True, False, 0),
+    (torch.bfloat16, 300, 65536, True, False, 0), (torch.float32, 140, 32768, True, False, 128),
+    (torch.float16, 133, 65664, True, False, 1), (torch.bfloat16, 70, 131072, True, False, 0),
+    (torch.bfloat16, 128, 32768, True, True, 0),
+]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("dtype,m,h,weight_fp32", [(torch.bfloat16, 2113, 1024, False),
-                                                   (torch.float32, 8191, 512, False),
-                                                   (torch.float16, 4001, 2048, False),
-                                                   (torch.float32, 4099, 1024, False),
-                                                   (torch.bfloat16, 3001, 4096, True)])
-def test_rows_without_residual(dtype, m, h, weight_fp32):
-    # The op without a residual, where the fused op takes lean one-vector rows: in grids of more
-    # than two waves of lean rows of a multiple of 128 vectors on any GPU of up to 132 SMs
-    # (launch_config's rules), rows of one warp take 4-vector rows, several per CTA (bf16 H = 1024
-    # 8 per CTA, the last CTA with one row; float32 H = 512), and rows of two warps or more, in
-    # grids of more than one wave of them, lean one-row CTAs of four vectors per thread (float16
-    # H = 2048 and float32 H = 1024 in 64 threads, bf16 H = 4096 with a float32 weight in 128),
-    # each block scale computed in one lane of the block and shuffled to the others, a thread's
-    # block scale stored once; with and without normed_out, a block_scale layout each.
-    # (tests/test_launch_switches.py checks which kernel runs.)
+@pytest.mark.parametrize("dtype,m,h,fused,weight_fp32,pad", POLICY_SHAPES)
+def test_policy_shapes(dtype, m, h, fused, weight_fp32, pad):
     for i, normed_none in enumerate([False, True]):
-        check_case(Case("cuda", dtype, m, h, fused=False, weight_fp32=weight_fp32, normed_none=normed_none,
-                        ue8m0=normed_none, layout=LAYOUTS[(i + m) % len(LAYOUTS)]))
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("dtype,m,h", [(torch.bfloat16, 16384, 4096), (torch.float16, 32768, 2048),
-                                       (torch.float32, 16384, 4096)])
-def test_deep_grid(dtype, m, h):
-    # Grids at least 12 times as deep as the SMs hold (any GPU of up to 160 SMs) take ~512
-    # threads per CTA instead of ~256 when the op writes normed_out: 4, 8 and 2 rows per CTA
-    # here, the last CTA full. The scale columns are whole 128-byte lines (M a multiple of 32):
-    # the block-scale stores of all but the last two waves take the L2 line policy (evict_last,
-    # then demoted). The float32 case also runs without normed_out (~256 threads per
-    # CTA) and compares out and block_scale bitwise with the call that writes it.
-    check_case(Case("cuda", dtype, m, h, pad=128 if dtype == torch.float16 else 0, ue8m0=dtype == torch.float32,
-                    normed_none=dtype == torch.float32))
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("dtype,m,h", [(torch.bfloat16, 2041, 2048), (torch.float16, 500, 8192),
-                                       (torch.float32, 520, 4096)])
-def test_one_wave_near_full(dtype, m, h):
-    # On a GPU of 132 SMs (H100 SXM, H200) ~256 threads per CTA would make one wave over 15/16
-    # of the CTA slots: the table takes ~512 instead (8, 2 and 2 rows per CTA here; 2041 rows
-    # leave the last CTA with one row and seven idle). The float16 case also runs without
-    # normed_out (~256 threads per CTA), compared bitwise with the call that writes it.
-    check_case(Case("cuda", dtype, m, h, pad=1 if dtype == torch.bfloat16 else 0, ue8m0=dtype == torch.float32,
-                    normed_none=dtype == torch.float16, layout="row_major" if dtype == torch.float32 else "tma"))
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("dtype,m,h,fused,weight_fp32", [(torch.bfloat16, 1024, 2048, True, False),
-                                                         (torch.float16, 700, 4096, False, True),
-                                                         (torch.float32, 512, 2048, True, True)])
-def test_call_that_fits_in_l2(dtype, m, h, fused, weight_fp32):
-    # Calls whose buffers take 1.5 MiB .. 72% of L2 run plain (unhinted) accesses (v18, v19, v42): on a GPU
-    # of 20 MiB of L2 or more, all three here (14, 14 and 13 MiB). The float16 case also runs
-    # without normed_out (a smaller footprint), compared bitwise with the call that writes it.
-    check_case(Case("cuda", dtype, m, h, fused=fused, weight_fp32=weight_fp32, ue8m0=dtype == torch.float16,
-                    normed_none=dtype == torch.float16, layout="scaled_mm" if fused else "tma"))
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("dtype,m,h,pad", [(torch.bfloat16, 300, 65536, 0), (torch.float32, 140, 32768, 128),
-                                           (torch.float16, 133, 65664, 1), (torch.bfloat16, 70, 131072, 0)])
-def test_long_rows_over_a_cluster(dtype, m, h, pad):
-    # Rows of more than 4096 vectors beyond the decode sizes are split over a cluster of the
-    # fewest CTAs that bring a slice to at most 4096 vectors, two tiles each with a stash: 2 CTAs
-    # per row here, 3 for H = 65664 (513 blocks: slices of 171 blocks, unaligned rows), 4 for 131072.
-    # The float32 case also runs without normed_out.
-    check_case(Case("cuda", dtype, m, h, pad=pad, ue8m0=dtype == torch.float16,
-                    normed_none=dtype == torch.float32, layout="scaled_mm" if pad else "tma"))
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("dtype,m,h,pad", [(torch.bfloat16, 128, 32768, 0), (torch.float16, 100, 32768, 128),
-                                           (torch.bfloat16, 64, 65536, 0), (torch.float32, 130, 16384, 1)])
-def test_second_tile_prefetched(dtype, m, h, pad):
-    # On a GPU of 132 SMs these are grids of at most one CTA per SM whose slices take two tiles:
-    # each CTA asks L2 for its second tile at its start (one CTA per row, or for H = 65536 two
-    # per row). The float32 rows are unaligned (pad 1): no prefetch there, the same launch.
-    check_case(Case("cuda", dtype, m, h, pad=pad, ue8m0=dtype == torch.float16,
-                    normed_none=dtype == torch.float32, layout="row_major" if pad else "tma"))
+        check_case(Case("cuda", dtype, m, h, fused=fused, weight_fp32=weight_fp32, pad=pad,
+                        normed_none=normed_none, ue8m0=bool((m + i) % 2), layout=LAYOUTS[(i + m) % len(LAYOUTS)]))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_huge_grid_sampled_rows():
-    # bf16 16448 x 32768: every stream just over 1 GiB, where the launch table asks L2 for each
-    # CTA's second tile at any grid depth (v17). The whole call must leave no poisoned byte in
-    # its outputs (finite inputs); rows are independent in the contract, so 64 of them (the first
-    # and last four, 56 at random) are checked against the reference on CPU.
+    # bf16 16448 x 32768: every stream just over 1 GiB, where each CTA asks L2 for its second
+    # tile at its start. The whole call must leave no poisoned byte in its outputs (finite
+    # inputs); rows are independent in the contract, so 64 of them (the first and last four, 56 at
+    # random) are checked against the reference.
     m, h = 16448, 32768
     if torch.cuda.get_device_properties(0).total_memory < 24 * 2**30:
         pytest.skip("needs 24 GiB of device memory")

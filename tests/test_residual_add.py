@@ -1,7 +1,7 @@
 """The new residual, residual + input, over every pair of 2-byte values (CUDA).
 
 The reference adds in float32 and rounds to the activation dtype; the CUDA kernel adds bf16 /
-fp16 pairs with one paired add rounded once (kernel.cuh, Cvt::add2). This runs the op on all
+fp16 pairs with one paired add rounded once (csrc/cuda/vector_io.cuh, Cvt::add2). This runs the op on all
 2^32 pairs of bit patterns, NaN and infinity included, and compares the residual it writes
 with torch's float32 sum rounded to the dtype: bit for bit, any NaN equal to any NaN.
 """

@@ -33,7 +33,9 @@ def quantize_fp8_block(normed: torch.Tensor, scale_ue8m0: bool = False):
     M, H = normed.shape
     g = normed.float().view(M, H // BLOCK, BLOCK)
     amax = g.abs().amax(-1).clamp_min(AMAX_FLOOR)       # NaN propagates
-    scale = amax / FP8_MAX                              # float32, correctly rounded
+    # float32, correctly rounded (a tensor divisor: on CUDA, torch divides by a Python scalar by
+    # multiplying with its reciprocal, which is not the same)
+    scale = amax / torch.full_like(amax, FP8_MAX)
     if scale_ue8m0:
         scale = ue8m0_round_up(scale)
     q = (g / scale[..., None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
