@@ -208,9 +208,8 @@ void check_no_overlap(const char* op, const at::Tensor& input, const at::Tensor*
 std::tuple<at::Tensor, at::Tensor, at::Tensor> allocate_outputs(const at::Tensor& input) {
   const c10::SymInt M = input.sym_size(0);
   const c10::SymInt H = input.sym_size(1);
-  const c10::SymInt M4 = (M + 3) / 4 * 4;  // round_up(M, 4): TMA-aligned column stride
   at::Tensor out = at::empty_symint({M, H}, input.options().dtype(at::kFloat8_e4m3fn));
-  at::Tensor block_scale = at::empty_strided_symint({M, H / kBlock}, {1, M4},
+  at::Tensor block_scale = at::empty_strided_symint({M, H / kBlock}, {1, scale_column_stride(M)},
                                                     input.options().dtype(at::kFloat));
   at::Tensor normed = at::empty_symint({M, H}, input.options());
   return {out, block_scale, normed};

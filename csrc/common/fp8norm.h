@@ -40,9 +40,13 @@ void check_no_overlap(const char* op, const at::Tensor& input, const at::Tensor*
                       const at::Tensor& block_scale, const std::optional<at::Tensor>& normed_out);
 
 // The functional ops' outputs: out [M, H] float8_e4m3fn, block_scale [M, H/128] float32 with
-// strides (1, round_up(M, 4)) (column-major, TMA-aligned), normed_out [M, H] of input's dtype.
-// Works with symbolic M.
+// strides (1, scale_column_stride(M)) (column-major, TMA-aligned), normed_out [M, H] of input's
+// dtype. Works with symbolic M.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> allocate_outputs(const at::Tensor& input);
+template <typename Int>
+Int scale_column_stride(const Int& m) {
+  return (m + 3) / 4 * 4;  // round_up(M, 4)
+}
 
 // Everything a kernel needs, as raw pointers and element strides. Built after validation.
 struct RowArgs {

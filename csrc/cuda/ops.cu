@@ -1,6 +1,10 @@
-// CUDA kernels of the .out ops: validation (shared with CPU), device guard, current stream, the
-// problem's facts and the launch plan (launch_policy.h), then the launch.
+// CUDA kernels of the ops: validation (shared with CPU), device guard, current stream, the
+// problem's facts and the launch plan (launch_policy.h), then the launch. The functional ops
+// have CUDA kernels of their own (else the backend-independent one in registration.cpp runs):
+// their outputs come straight from the CUDA allocator, not through the dispatcher (host time
+// per call).
 #include <ATen/ATen.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -139,12 +143,40 @@ void rmsnorm_fp8_block_quant_out_cuda(const at::Tensor& input, const at::Tensor&
   run(prepare(kPlainOp, input, nullptr, weight, eps, ue8m0, out, block_scale, normed_out), input);
 }
 
+using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+
+// The functional ops: allocate_outputs' layout, allocated on input's device, then the .out
+// kernel's own validation (the inputs' checks, and residual against input and weight).
+Outputs functional(const char* op, const at::Tensor& input, const at::Tensor* residual, const at::Tensor& weight,
+                   double eps, bool ue8m0) {
+  check_inputs(op, input, residual, weight);
+  const int64_t m = input.size(0), h = input.size(1);
+  const c10::Device device = input.device();
+  at::Tensor out = at::detail::empty_cuda({m, h}, at::kFloat8_e4m3fn, device, std::nullopt);
+  at::Tensor block_scale =
+      at::detail::empty_strided_cuda({m, h / launch::kBlock}, {1, scale_column_stride(m)}, at::kFloat, device);
+  at::Tensor normed = at::detail::empty_cuda({m, h}, input.scalar_type(), device, std::nullopt);
+  run(prepare(op, input, residual, weight, eps, ue8m0, out, block_scale, normed), input);
+  return {std::move(out), std::move(block_scale), std::move(normed)};
+}
+
+Outputs fused_add_rmsnorm_fp8_block_quant_cuda(const at::Tensor& input, const at::Tensor& residual,
+                                               const at::Tensor& weight, double eps, bool ue8m0) {
+  return functional(kFusedOp, input, &residual, weight, eps, ue8m0);
+}
+
+Outputs rmsnorm_fp8_block_quant_cuda(const at::Tensor& input, const at::Tensor& weight, double eps, bool ue8m0) {
+  return functional(kPlainOp, input, nullptr, weight, eps, ue8m0);
+}
+
 }  // namespace
 
 }  // namespace cuda
 
 TORCH_LIBRARY_IMPL(fp8norm, CUDA, m) {
+  m.impl("fused_add_rmsnorm_fp8_block_quant", &cuda::fused_add_rmsnorm_fp8_block_quant_cuda);
   m.impl("fused_add_rmsnorm_fp8_block_quant.out", &cuda::fused_add_rmsnorm_fp8_block_quant_out_cuda);
+  m.impl("rmsnorm_fp8_block_quant", &cuda::rmsnorm_fp8_block_quant_cuda);
   m.impl("rmsnorm_fp8_block_quant.out", &cuda::rmsnorm_fp8_block_quant_out_cuda);
 }
 
