@@ -11,6 +11,10 @@ import torch
 
 Tensor = torch.Tensor
 
+# The functional overloads, resolved once (calling an overload packet resolves it on every call).
+_FUSED = torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.default
+_PLAIN = torch.ops.fp8norm.rmsnorm_fp8_block_quant.default
+
 
 def has_cuda_kernels() -> bool:
     """Whether this build registered CUDA kernels for the fp8norm ops."""
@@ -69,9 +73,9 @@ def fused_add_rmsnorm_fp8_block_quant(
         of input's dtype. out * block_scale (broadcast per 128 elements) approximates normed.
     """
     if input.dim() == 2 and residual.dim() == 2:  # the op's own form: nothing to view
-        return torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant(input, residual, weight, eps, scale_ue8m0)
+        return _FUSED(input, residual, weight, eps, scale_ue8m0)
     lead = input.shape[:-1]
-    out, scale, normed = torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant(
+    out, scale, normed = _FUSED(
         _rows(input, "input", False), _rows(residual, "residual", True), weight, eps, scale_ue8m0)
     return _unflatten(lead, out, scale, normed)
 
@@ -86,8 +90,8 @@ def rmsnorm_fp8_block_quant(
     memory pass (a model's first layer: no residual). Arguments and results as for
     :func:`fused_add_rmsnorm_fp8_block_quant`."""
     if input.dim() == 2:  # the op's own form: nothing to view
-        return torch.ops.fp8norm.rmsnorm_fp8_block_quant(input, weight, eps, scale_ue8m0)
+        return _PLAIN(input, weight, eps, scale_ue8m0)
     lead = input.shape[:-1]
-    out, scale, normed = torch.ops.fp8norm.rmsnorm_fp8_block_quant(
+    out, scale, normed = _PLAIN(
         _rows(input, "input", False), weight, eps, scale_ue8m0)
     return _unflatten(lead, out, scale, normed)
