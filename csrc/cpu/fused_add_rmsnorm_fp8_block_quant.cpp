@@ -44,9 +44,9 @@ inline uint8_t fp8e4m3fn_saturating(float q) {
 
 // One 1x128 block between a storage type and float: to_float (exact), round (f = float(T(f)):
 // to nearest even) and store (f already a T's value). Loops the compiler vectorizes; float16 in
-// the AVX2 / AVX-512 builds (F16C) by the conversion instructions, 8 values each: with
-// c10::Half's portable conversions float16 was 2.2x slower than bf16 there (1024 x 4096: 5.2 ms,
-// now 2.9). The same values (NaN stays NaN, its payload may differ).
+// the AVX2 / AVX-512 builds (F16C) by the conversion instructions, 8 values each (c10::Half's
+// portable conversions go one element at a time). The same values (NaN stays NaN, its payload
+// may differ).
 template <typename T, bool F16C>
 struct Block {
   static C10_ALWAYS_INLINE void to_float(const T* p, float* f) {
@@ -139,8 +139,7 @@ C10_ALWAYS_INLINE void row_kernel(const RowArgs& a, int64_t row) {
 // Instruction sets: the baseline of the build (x86-64: SSE2, 4 floats per vector), and on x86-64
 // with GCC 12 or later also x86-64-v3 (AVX2, 8 floats) and x86-64-v4 (AVX-512, 16 floats). The
 // same source and the same results in each: -ffp-contract=off (setup.py) keeps the FMA of v3 /
-// v4 out of the float arithmetic, and nothing is reassociated. bf16, M = 1024, H = 4096, 2 cores:
-// 6.3-7.6 ms baseline, 3.1-3.2 with AVX2, 2.2-2.3 with AVX-512 (docs/design.md).
+// v4 out of the float arithmetic, and nothing is reassociated (what each is worth: docs/design.md).
 enum class Isa { kBaseline, kAvx2, kAvx512 };
 
 const char* isa_name(Isa isa) {
