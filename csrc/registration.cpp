@@ -96,6 +96,13 @@ void no_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::j
   for (size_t i = 0; i < n_written; ++i) written[i].unsafeGetTensorImpl()->bump_version();
 }
 
+// The kernel of the launch policy named `name`; `op` names the caller in the error.
+launch::Kernel named_kernel(const char* op, const std::string& name) {
+  const std::optional<launch::Kernel> k = launch::kernel_from_name(name);
+  TORCH_CHECK(k.has_value(), op, ": no kernel named '", name, "'");
+  return *k;
+}
+
 // fp8norm::_launch_plan: the CUDA launch policy's plan for a problem on a device, as one line
 // (tests/test_launch_policy.py: the golden file). Pure C++: in CPU-only builds too.
 std::string launch_plan(int64_t rows, int64_t hidden, int64_t elem_size, bool residual, bool normed, bool aligned,
@@ -108,8 +115,7 @@ std::string launch_plan(int64_t rows, int64_t hidden, int64_t elem_size, bool re
               "fp8norm._launch_plan: rows > 0, H a positive multiple of 128, elem_size 2 or 4");
   std::optional<launch::Kernel> k;
   if (!force.empty()) {
-    k = launch::kernel_from_name(force);
-    TORCH_CHECK(k.has_value(), "fp8norm._launch_plan: no kernel named '", force, "'");
+    k = named_kernel("fp8norm._launch_plan", force);
     const std::string why = launch::check_forced(p, d, *k);
     TORCH_CHECK(why.empty(), "fp8norm._launch_plan: ", force, " cannot run this call: ", why);
   }
@@ -119,10 +125,7 @@ std::string launch_plan(int64_t rows, int64_t hidden, int64_t elem_size, bool re
 // fp8norm::_force_kernel: the test hook; every CUDA launch takes this kernel ("": the policy's).
 void force_kernel(const std::string& name) {
   std::optional<launch::Kernel> k;
-  if (!name.empty()) {
-    k = launch::kernel_from_name(name);
-    TORCH_CHECK(k.has_value(), "fp8norm._force_kernel: no kernel named '", name, "'");
-  }
+  if (!name.empty()) k = named_kernel("fp8norm._force_kernel", name);
   launch::set_forced_kernel(k);
 }
 

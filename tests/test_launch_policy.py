@@ -19,6 +19,8 @@ A100 = dict(sms=108, major=8, l2_bytes=40 << 20, max_smem=163 << 10)
 MS = [1, 3, 16, 128, 512, 2048, 4096, 16384]
 HS = [128, 512, 1152, 1408, 2048, 2176, 4096, 5120, 7168, 8192, 16384, 32768, 65536]
 OPS = [(True, True), (True, False), (False, True), (False, False)]  # (residual, normed)
+ARGS = ("rows", "hidden", "elem_size", "residual", "normed", "aligned", "weight_fp32", "one_stride", "scale_lines",
+        "sms", "major", "l2_bytes", "max_smem", "pdl")  # fp8norm._launch_plan's, in order
 
 
 def problems():
@@ -38,9 +40,7 @@ def problems():
 
 
 def plan_line(label, kw):
-    args = ("rows", "hidden", "elem_size", "residual", "normed", "aligned", "weight_fp32", "one_stride",
-            "scale_lines", "sms", "major", "l2_bytes", "max_smem", "pdl")
-    plan = torch.ops.fp8norm._launch_plan(*(kw[a] for a in args))
+    plan = torch.ops.fp8norm._launch_plan(*(kw[a] for a in ARGS))
     op = ("fused" if kw["residual"] else "plain") + ("" if kw["normed"] else " no-normed")
     return f"{label} es={kw['elem_size']} {op} {kw['rows']}x{kw['hidden']}: {plan}", plan
 
@@ -64,9 +64,7 @@ def test_every_plan_is_runnable():
     for label, kw in problems():
         _, plan = plan_line(label, kw)
         kernel = plan.split()[0].split("=")[1]
-        args = [kw[a] for a in ("rows", "hidden", "elem_size", "residual", "normed", "aligned", "weight_fp32",
-                                 "one_stride", "scale_lines", "sms", "major", "l2_bytes", "max_smem", "pdl")]
-        assert torch.ops.fp8norm._launch_plan(*args, kernel) == plan, (label, kw)
+        assert torch.ops.fp8norm._launch_plan(*(kw[a] for a in ARGS), kernel) == plan, (label, kw)
 
 
 def test_plan_invariants():
