@@ -22,7 +22,7 @@ struct Rules {
   int64_t lean_min_vecs = 128;     // shorter rows take several to a CTA (tile kernel)
   int64_t lean_max_vecs = 512;     // longer rows take four vectors per thread
   // Four vectors per thread in a row kernel (rows of whole warps of four vectors), in grids of
-  // more than two waves of one-vector rows and more than one wave of these CTAs.
+  // more than one wave of one-vector rows (rmsnorm_*: two, and one wave of these CTAs).
   int64_t four_min_threads = 64;           // one-warp rows lose
   int64_t four_plain_max_threads = 512;    // rmsnorm_* with normed_out
   int64_t four_fused_min_threads = 128;    // fused op: 128..256 threads...
@@ -112,8 +112,9 @@ bool row_four_fits(const Problem& p, const Shape& s) {
   return p.aligned && s.nvec % (4 * 32) == 0 && t <= kRowFourMaxThreads && !(p.residual && p.weight_fp32);
 }
 
-// Four vectors per thread in one-row CTAs: in grids of more than two waves of one-vector rows
-// and more than one wave of these CTAs, rows of the table's band of threads and grid depths.
+// Four vectors per thread in one-row CTAs: rows of the table's band of threads and grid depths,
+// in grids of more than one wave of one-vector rows (rmsnorm_*: more than two, and more than one
+// wave of these CTAs).
 bool row_four_in_band(const Problem& p, const Device& d, const Shape& s) {
   if (!s.many_rows || !row_four_fits(p, s)) return false;
   const int64_t t = s.nvec / 4;
@@ -128,7 +129,8 @@ bool row_four_in_band(const Problem& p, const Device& d, const Shape& s) {
                     : (p.normed ? kRules.four_fused_max_rows : kRules.four_fused_max_rows_nn);
   }
   const int64_t slots = int64_t{d.sms} * ctas_per_sm(Kernel::kRowFour, t, 0, d);
-  return t >= lo && t <= hi && p.rows <= max_rows && p.rows > 2 * s.wave1 && p.rows > slots;
+  const bool deep = p.rows > 2 * s.wave1 && p.rows > slots;
+  return t >= lo && t <= hi && p.rows <= max_rows && (p.residual || deep);
 }
 
 // The tile kernel for rows of one CTA: four vectors per thread for rows of more than 1024
