@@ -221,6 +221,12 @@ RowArgs prepare(const char* op, const at::Tensor& input, const at::Tensor* resid
   check_inputs(op, input, residual, weight);
   check_outputs(op, input, out, block_scale, normed_out);
   check_no_overlap(op, input, residual, weight, out, block_scale, normed_out);
+  return row_args(input, residual, weight, eps, scale_ue8m0, out, block_scale, normed_out);
+}
+
+RowArgs row_args(const at::Tensor& input, const at::Tensor* residual, const at::Tensor& weight, double eps,
+                 bool scale_ue8m0, const at::Tensor& out, const at::Tensor& block_scale,
+                 const std::optional<at::Tensor>& normed_out) {
   RowArgs a;
   a.rows = input.size(0);
   a.hidden = input.size(1);

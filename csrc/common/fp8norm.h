@@ -69,9 +69,14 @@ struct RowArgs {
   bool ue8m0 = false;
 };
 
-// Validates everything (check_inputs, check_outputs, check_no_overlap) and fills RowArgs.
+// Validates everything (check_inputs, check_outputs, check_no_overlap), then row_args.
 RowArgs prepare(const char* op, const at::Tensor& input, const at::Tensor* residual,
                 const at::Tensor& weight, double eps, bool scale_ue8m0, const at::Tensor& out,
                 const at::Tensor& block_scale, const std::optional<at::Tensor>& normed_out);
+
+// RowArgs of arguments that passed prepare's checks (no check of its own).
+RowArgs row_args(const at::Tensor& input, const at::Tensor* residual, const at::Tensor& weight, double eps,
+                 bool scale_ue8m0, const at::Tensor& out, const at::Tensor& block_scale,
+                 const std::optional<at::Tensor>& normed_out);
 
 }  // namespace fp8norm

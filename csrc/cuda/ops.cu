@@ -144,8 +144,9 @@ void rmsnorm_fp8_block_quant_out_cuda(const at::Tensor& input, const at::Tensor&
 
 using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 
-// The functional ops: allocate_outputs' layout, allocated on input's device, then the .out
-// kernel's own validation (the inputs' checks, and residual against input and weight).
+// The functional ops: allocate_outputs' layout, allocated on input's device. The inputs are
+// validated once; fresh outputs have the layout check_outputs asks for, and check_no_overlap
+// still holds the residual against input and weight.
 Outputs functional(const char* op, const at::Tensor& input, const at::Tensor* residual, const at::Tensor& weight,
                    double eps, bool ue8m0) {
   check_inputs(op, input, residual, weight);
@@ -155,7 +156,8 @@ Outputs functional(const char* op, const at::Tensor& input, const at::Tensor* re
   at::Tensor block_scale =
       at::detail::empty_strided_cuda({m, h / launch::kBlock}, {1, scale_column_stride(m)}, at::kFloat, device);
   at::Tensor normed = at::detail::empty_cuda({m, h}, input.scalar_type(), device, std::nullopt);
-  run(prepare(op, input, residual, weight, eps, ue8m0, out, block_scale, normed), input);
+  check_no_overlap(op, input, residual, weight, out, block_scale, normed);
+  run(row_args(input, residual, weight, eps, ue8m0, out, block_scale, normed), input);
   return {std::move(out), std::move(block_scale), std::move(normed)};
 }
 
