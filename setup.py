@@ -10,6 +10,7 @@ No GPU is needed at build time. Environment:
 """
 import glob
 import os
+import re
 import shutil
 import subprocess
 
@@ -48,6 +49,8 @@ import torch  # noqa: E402
 from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension  # noqa: E402
 
 here = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(here, "torch_fp8norm", "__init__.py")) as f:
+    version = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
 use_cuda = (
     os.environ.get("FP8NORM_CPU_ONLY", "0") != "1"
     and torch.version.cuda is not None
@@ -75,7 +78,7 @@ if use_cuda:
 
 setup(
     name="torch_fp8norm",
-    version="0.1.0",
+    version=version,
     description="Fused residual-add + RMSNorm + FP8 1x128 block quantization as PyTorch custom ops",
     license="Apache-2.0",
     packages=find_packages(include=["torch_fp8norm", "torch_fp8norm.*"]),

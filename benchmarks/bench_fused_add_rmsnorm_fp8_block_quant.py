@@ -63,7 +63,7 @@ def byte_count(m: int, h: int, dtype: torch.dtype, normed: bool = True, residual
 def set_bytes(m: int, h: int, dtype, wdtype, residual: bool) -> int:
     """Bytes of one buffer set as allocated (block_scale padded to round_up(M, 4) rows)."""
     e, we = dtype.itemsize, wdtype.itemsize
-    mp = torch_fp8norm.block_scale_layout_strides(m)[1]
+    mp = torch_fp8norm.block_scale_strides(m, h)[1]
     return ((3 if residual else 2) * e + 1) * m * h + we * h + 4 * (h // 128) * mp
 
 
@@ -75,13 +75,13 @@ def n_sets(nbytes: int, l2: int, cold: bool) -> int:
 def op_sets(m, h, n, dtype, wdtype, residual, device):
     """n sets (ins, out, block_scale, normed_out), ins = (input, residual, weight) or (input, weight):
     per-set views of one arena per stream; block_scale strided (1, round_up(M, 4)) like the
-    functional ops' (torch_fp8norm.block_scale_layout_strides)."""
+    functional ops' (torch_fp8norm.block_scale_strides)."""
     torch.manual_seed(m * 7919 + h)
     x = torch.randn(n, m, h, dtype=dtype, device=device)
     r = torch.randn(n, m, h, dtype=dtype, device=device) if residual else None
     w = torch.randn(n, h, device=device).mul_(0.5).add_(1).to(wdtype)
     out = torch.empty(n, m, h, dtype=torch.float8_e4m3fn, device=device)
-    mp = torch_fp8norm.block_scale_layout_strides(m)[1]
+    mp = torch_fp8norm.block_scale_strides(m, h)[1]
     scale = torch.empty(n, h // 128, mp, device=device).transpose(1, 2)[:, :m]  # [n, M, H/128]
     normed = torch.empty(n, m, h, dtype=dtype, device=device)
     return [((x[i], r[i], w[i]) if residual else (x[i], w[i]), out[i], scale[i], normed[i])

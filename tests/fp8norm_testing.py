@@ -241,7 +241,7 @@ def run_case(c: Case, x, r, w):
             out, s, n = torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r, w, c.eps, c.ue8m0)
         else:
             out, s, n = torch.ops.fp8norm.rmsnorm_fp8_block_quant(x, w, c.eps, c.ue8m0)
-        assert s.stride() == torch_fp8norm.block_scale_layout_strides(c.m) or c.m * c.h == 0
+        assert s.stride() == torch_fp8norm.block_scale_strides(c.m, c.h) or c.m * c.h == 0
         assert out.is_contiguous() and n.is_contiguous()
         return out, s, n
     out, s, n = out_buffers(c)

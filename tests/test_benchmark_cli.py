@@ -122,7 +122,7 @@ def test_cold_sets(bench):
     for ins, out, scale, normed in sets:
         assert [t.shape for t in ins] == [(m, h), (m, h), (h,)] and ins[2].dtype == torch.float32
         assert out.shape == normed.shape == (m, h) and out.dtype == torch.float8_e4m3fn
-        assert scale.shape == (m, h // 128) and scale.stride() == torch_fp8norm.block_scale_layout_strides(m)
+        assert scale.shape == (m, h // 128) and scale.stride() == torch_fp8norm.block_scale_strides(m, h)
         assert all(t.is_contiguous() for t in (*ins, out, normed))
         assert all(t.data_ptr() % 16 == 0 for t in (*ins, out, scale, normed))
     for k in range(4):  # each stream's sets are disjoint

@@ -54,7 +54,7 @@ def test_compile_fullgraph_dynamic(device):
         x, r, w = make_inputs(Case(device, torch.bfloat16, m, 384))
         r0 = r.clone()
         out, s, n = f(x, r, w)
-        assert s.stride() == torch_fp8norm.block_scale_layout_strides(m)
+        assert s.stride() == torch_fp8norm.block_scale_strides(m, 384)
         check_contract(x, r0, w, 1e-6, False, r, out, s, n)  # includes: residual updated in place
     # Inductor inspects the contiguity of block_scale, strided (1, round_up(M, 4)): dense exactly
     # when M % 4 == 0. So one graph serves every M % 4 != 0 and one every M % 4 == 0.
@@ -91,7 +91,7 @@ def test_wrappers_accept_leading_dims(device):
     out, s, n = torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x3, r3, w)
     assert out.shape == (2, 3, 256) and s.shape == (2, 3, 2) and n.shape == (2, 3, 256)
     check_contract(x, r0, w, 1e-6, False, r, out.view(6, 256), s.view(6, 2), n.view(6, 256))
-    out, s, n = torch_fp8norm.rmsnorm_fp8_block_quant(x3[0, 0], w, scale_ue8m0=True)
+    out, s, n = torch_fp8norm.rmsnorm_fp8_block_quant(x3[0, 0], w, scale_format="ue8m0")
     assert out.shape == (256,) and s.shape == (2,)
     check_contract(x[:1], None, w, 1e-6, True, None, out.view(1, 256), s.view(1, 2), n.view(1, 256))
     with pytest.raises(ValueError, match="residual .* cannot be viewed"):

@@ -8,19 +8,23 @@ import torch  # noqa: F401  (the compiled library links against torch)
 
 from . import _C  # noqa: F401  (registers torch.ops.fp8norm.*)
 from . import reference, testing
+from .module import FusedAddRMSNormFP8
 from .ops import (
-    block_scale_layout_strides,
+    BlockQuantized,
+    block_scale_strides,
     fused_add_rmsnorm_fp8_block_quant,
     has_cuda_kernels,
     rmsnorm_fp8_block_quant,
 )
 
 __all__ = [
-    "block_scale_layout_strides",
+    "BlockQuantized",
+    "FusedAddRMSNormFP8",
+    "block_scale_strides",
     "fused_add_rmsnorm_fp8_block_quant",
     "has_cuda_kernels",
     "reference",
     "rmsnorm_fp8_block_quant",
     "testing",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -1,19 +1,39 @@
 """Documented Python wrappers over torch.ops.fp8norm.*.
 
 The wrappers accept inputs of shape (..., H) and view them as [M, H]; the ops themselves take
-2-D tensors. See the README for the full contract.
+2-D tensors. They choose the block-scale layout and format and whether ``normed`` is written, and
+return a :class:`BlockQuantized`. See the README for the full contract.
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 
 Tensor = torch.Tensor
 
-# The functional overloads, resolved once (calling an overload packet resolves it on every call).
+# The overloads, resolved once (calling an overload packet resolves it on every call).
 _FUSED = torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.default
+_FUSED_OUT = torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out
 _PLAIN = torch.ops.fp8norm.rmsnorm_fp8_block_quant.default
+_PLAIN_OUT = torch.ops.fp8norm.rmsnorm_fp8_block_quant.out
+
+BLOCK = 128
+SCALE_LAYOUTS = ("deepgemm", "scaled_mm", "row")
+SCALE_FORMATS = ("fp32", "ue8m0")
+
+
+class BlockQuantized(NamedTuple):
+    """What the wrappers return.
+
+    out: (..., H) float8_e4m3fn. block_scale: (..., H/128) float32, one scale per 1x128 block, in
+    the chosen layout. normed: (..., H) of input's dtype, or None with ``normed=False``.
+    ``out * block_scale`` (each scale broadcast over its 128 elements) approximates ``normed``.
+    """
+
+    out: Tensor
+    block_scale: Tensor
+    normed: Optional[Tensor]
 
 
 def has_cuda_kernels() -> bool:
@@ -22,10 +42,30 @@ def has_cuda_kernels() -> bool:
         "fp8norm::fused_add_rmsnorm_fp8_block_quant.out", "CUDA")
 
 
-def block_scale_layout_strides(m: int) -> Tuple[int, int]:
-    """Strides of the block_scale the functional ops return for M rows: (1, round_up(M, 4)),
-    column-major with a TMA-aligned column stride, as DeepGEMM-style block-scaled GEMMs want."""
-    return (1, (m + 3) // 4 * 4)
+def block_scale_strides(m: int, h: int, layout: str = "deepgemm") -> Tuple[int, int]:
+    """Strides of the [M, H/128] block_scale of M rows of H elements in `layout`:
+
+    - ``"deepgemm"`` (the functional ops' own): ``(1, round_up(M, 4))``, column-major with a
+      TMA-aligned column stride, as DeepGEMM-style block-scaled GEMMs want;
+    - ``"scaled_mm"``: ``(1, M)``, column-major, as ``torch._scaled_mm`` wants 1x128 scales;
+    - ``"row"``: ``(H/128, 1)``, row-major (contiguous).
+    """
+    if layout == "deepgemm":
+        return (1, (m + 3) // 4 * 4)
+    if layout == "scaled_mm":
+        return (1, max(m, 1))
+    if layout == "row":
+        return (h // BLOCK, 1)
+    raise ValueError(f"scale_layout must be one of {SCALE_LAYOUTS}, got {layout!r}")
+
+
+def _check_options(scale_layout: str, scale_format: str) -> bool:
+    """The ops' scale_ue8m0 for the options; ValueError for an unknown one."""
+    if scale_layout not in SCALE_LAYOUTS:
+        raise ValueError(f"scale_layout must be one of {SCALE_LAYOUTS}, got {scale_layout!r}")
+    if scale_format not in SCALE_FORMATS:
+        raise ValueError(f"scale_format must be one of {SCALE_FORMATS}, got {scale_format!r}")
+    return scale_format == "ue8m0"
 
 
 def _rows(t: Tensor, name: str, writable: bool) -> Tensor:
@@ -43,11 +83,23 @@ def _rows(t: Tensor, name: str, writable: bool) -> Tensor:
         return t.reshape(-1, t.shape[-1])
 
 
-def _unflatten(lead, out: Tensor, block_scale: Tensor, normed: Tensor):
-    if len(lead) == 1:
-        return out, block_scale, normed
-    return (out.view(*lead, out.shape[-1]), block_scale.view(*lead, block_scale.shape[-1]),
-            normed.view(*lead, normed.shape[-1]))
+def _outputs(x: Tensor, scale_layout: str, normed: bool):
+    """out, block_scale and normed (or None) for the [M, H] input x, block_scale in scale_layout."""
+    m, h = x.shape
+    out = torch.empty((m, h), dtype=torch.float8_e4m3fn, device=x.device)
+    scale = torch.empty_strided((m, h // BLOCK), block_scale_strides(m, h, scale_layout),
+                                dtype=torch.float32, device=x.device)
+    return out, scale, (torch.empty((m, h), dtype=x.dtype, device=x.device) if normed else None)
+
+
+def _result(lead, out: Tensor, scale: Tensor, normed: Optional[Tensor]) -> BlockQuantized:
+    if len(lead) != 1:
+        out, scale = out.view(*lead, out.shape[-1]), scale.view(*lead, scale.shape[-1])
+        normed = None if normed is None else normed.view(*lead, normed.shape[-1])
+    return BlockQuantized(out, scale, normed)
+
+
+_as_result = BlockQuantized._make  # (out, block_scale, normed) of a functional op, as is
 
 
 def fused_add_rmsnorm_fp8_block_quant(
@@ -55,8 +107,11 @@ def fused_add_rmsnorm_fp8_block_quant(
     residual: Tensor,
     weight: Tensor,
     eps: float = 1e-6,
-    scale_ue8m0: bool = False,
-) -> Tuple[Tensor, Tensor, Tensor]:
+    *,
+    scale_layout: str = "deepgemm",
+    scale_format: str = "fp32",
+    normed: bool = True,
+) -> BlockQuantized:
     """``residual += input; normed = rmsnorm(residual) * weight; (out, block_scale) = fp8_quant_1x128(normed)``
     in one memory pass.
 
@@ -65,33 +120,46 @@ def fused_add_rmsnorm_fp8_block_quant(
         residual: same shape and dtype as input; updated in place (rounded to the dtype).
         weight: (H,), input's dtype or float32.
         eps: added to the mean square before the reciprocal square root.
-        scale_ue8m0: round each block scale up to a power of two (UE8M0 scales).
+        scale_layout: ``"deepgemm"`` (column-major, column stride round_up(M, 4); the default),
+            ``"scaled_mm"`` (column-major, column stride M) or ``"row"`` (row-major); see
+            :func:`block_scale_strides`. The layout of a 2-D call's [M, H/128] scales;
+            with leading dimensions block_scale is a view of them.
+        scale_format: ``"fp32"`` (amax / 448) or ``"ue8m0"`` (that rounded up to a power of two,
+            as float32).
+        normed: write and return ``normed``; False skips its stores (returned as None).
 
     Returns:
-        (out, block_scale, normed): out (..., H) float8_e4m3fn; block_scale (..., H/128) float32
-        (for 2-D inputs strided (1, round_up(M, 4)): column-major, TMA-aligned); normed (..., H)
-        of input's dtype. out * block_scale (broadcast per 128 elements) approximates normed.
+        BlockQuantized(out, block_scale, normed).
     """
-    if input.dim() == 2 and residual.dim() == 2:  # the op's own form: nothing to view
-        return _FUSED(input, residual, weight, eps, scale_ue8m0)
-    lead = input.shape[:-1]
-    out, scale, normed = _FUSED(
-        _rows(input, "input", False), _rows(residual, "residual", True), weight, eps, scale_ue8m0)
-    return _unflatten(lead, out, scale, normed)
+    if input.dim() == 2 and scale_layout == "deepgemm" and scale_format == "fp32" and normed:
+        return _as_result(_FUSED(input, residual, weight, eps, False))  # the functional op as is
+    ue8m0 = _check_options(scale_layout, scale_format)
+    lead, x, r = input.shape[:-1], _rows(input, "input", False), _rows(residual, "residual", True)
+    if scale_layout == "deepgemm" and normed:
+        return _result(lead, *_FUSED(x, r, weight, eps, ue8m0))
+    out, scale, n = _outputs(x, scale_layout, normed)
+    _FUSED_OUT(x, r, weight, eps, ue8m0, out=out, block_scale=scale, normed_out=n)
+    return _result(lead, out, scale, n)
 
 
 def rmsnorm_fp8_block_quant(
     input: Tensor,
     weight: Tensor,
     eps: float = 1e-6,
-    scale_ue8m0: bool = False,
-) -> Tuple[Tensor, Tensor, Tensor]:
+    *,
+    scale_layout: str = "deepgemm",
+    scale_format: str = "fp32",
+    normed: bool = True,
+) -> BlockQuantized:
     """``normed = rmsnorm(input) * weight; (out, block_scale) = fp8_quant_1x128(normed)`` in one
     memory pass (a model's first layer: no residual). Arguments and results as for
     :func:`fused_add_rmsnorm_fp8_block_quant`."""
-    if input.dim() == 2:  # the op's own form: nothing to view
-        return _PLAIN(input, weight, eps, scale_ue8m0)
-    lead = input.shape[:-1]
-    out, scale, normed = _PLAIN(
-        _rows(input, "input", False), weight, eps, scale_ue8m0)
-    return _unflatten(lead, out, scale, normed)
+    if input.dim() == 2 and scale_layout == "deepgemm" and scale_format == "fp32" and normed:
+        return _as_result(_PLAIN(input, weight, eps, False))  # the functional op as is
+    ue8m0 = _check_options(scale_layout, scale_format)
+    lead, x = input.shape[:-1], _rows(input, "input", False)
+    if scale_layout == "deepgemm" and normed:
+        return _result(lead, *_PLAIN(x, weight, eps, ue8m0))
+    out, scale, n = _outputs(x, scale_layout, normed)
+    _PLAIN_OUT(x, weight, eps, ue8m0, out=out, block_scale=scale, normed_out=n)
+    return _result(lead, out, scale, n)
