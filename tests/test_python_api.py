@@ -97,7 +97,7 @@ def test_module_options_and_errors():
         FusedAddRMSNormFP8(256, scale_format="ue8m0_pack")
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", DEVICES[-1:])  # one compile: on CUDA where there is one (CI compiles on CPU)
 def test_module_compiles_without_graph_break(device):
     torch._dynamo.reset()
     mod = FusedAddRMSNormFP8(H, scale_layout="row", normed=False, device=device, dtype=torch.bfloat16)
