@@ -21,6 +21,8 @@ __all__ = [
     "BlockQuantized",
     "FusedAddRMSNormFP8",
     "block_scale_strides",
+    "disable_fusion",
+    "enable_fusion",
     "fused_add_rmsnorm_fp8_block_quant",
     "has_cuda_kernels",
     "reference",
@@ -28,3 +30,18 @@ __all__ = [
     "testing",
 ]
 __version__ = "0.2.0"
+
+
+def enable_fusion() -> None:
+    """Rewrite residual add + RMSNorm + 1x128 FP8 quantization into these ops in graphs that
+    torch.compile (Inductor) compiles from now on. See :mod:`torch_fp8norm.fusion`."""
+    from .fusion import enable_fusion as enable  # imports Inductor: only when asked for
+
+    enable()
+
+
+def disable_fusion() -> None:
+    """Undo :func:`enable_fusion` for graphs compiled from now on."""
+    from .fusion import disable_fusion as disable
+
+    disable()

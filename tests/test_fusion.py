@@ -1,0 +1,201 @@
+"""torch_fp8norm.enable_fusion(): the Inductor pass that rewrites residual add + RMSNorm + 1x128
+FP8 quantization in compiled graphs into the fp8norm ops. Each form is compiled with the pass on
+and off; the tests assert which graph calls an fp8norm op, and check the fused results against
+the contract (or bitwise against the eager op where the normed values are not returned)."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._inductor.utils import run_and_get_code
+
+import torch_fp8norm
+from fp8norm_testing import DEVICES, Case, assert_bitwise, assert_fp8_equal, check_contract, make_inputs
+from torch_fp8norm import fusion, reference
+
+H = 384
+# Each case is an Inductor compile: on CUDA where there is one, else (CI) on CPU.
+FUSION_DEVICES = DEVICES[-1:]
+
+
+def quant(h, floor=1e-10, fp8=torch.float8_e4m3fn, fp8_max=448.0, block=128, ue8m0=None):
+    m, n = h.shape
+    g = h.float().view(m, n // block, block)
+    amax = g.abs().amax(-1, keepdim=True).clamp(min=floor)
+    scale = amax / fp8_max
+    if ue8m0 == "bits":
+        scale = reference.ue8m0_round_up(scale)
+    elif ue8m0 == "log2":
+        scale = torch.exp2(torch.ceil(torch.log2(scale)))
+    q = (g / scale).clamp(-fp8_max, fp8_max).to(fp8)
+    return q.view(m, n), scale.squeeze(-1)
+
+
+def rms_functional(s, w, eps):
+    return F.rms_norm(s, (s.shape[-1],), w, eps)
+
+
+def rms_manual(s, w, eps):
+    v = s.float()
+    return (v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(s.dtype)
+
+
+def layer(rms=rms_functional, residual_first=False, normed_used=False, eps=1e-5, **quant_options):
+    def f(x, r, w):
+        r = r + x if residual_first else x + r
+        h = rms(r, w, eps)
+        q, s = quant(h, **quant_options)
+        return (q, s, r, h * 2) if normed_used else (q, s, r)
+    return f
+
+
+def first_layer(rms=rms_functional, normed_used=False, eps=1e-5, **quant_options):
+    def f(x, w):
+        h = rms(x, w, eps)
+        q, s = quant(h, **quant_options)
+        return (q, s, h * 2) if normed_used else (q, s)
+    return f
+
+
+@pytest.fixture
+def fusion_on():
+    torch._dynamo.reset()
+    torch_fp8norm.enable_fusion()
+    yield
+    torch_fp8norm.disable_fusion()
+    torch._dynamo.reset()
+
+
+def compiled(f, *args, dynamic=False):
+    """f compiled (fullgraph): its results and whether its code calls an fp8norm op."""
+    torch._dynamo.reset()
+    out, code = run_and_get_code(torch.compile(f, fullgraph=True, dynamic=dynamic), *args)
+    return out, any("fp8norm" in c for c in code)
+
+
+# Each value of every option at least once.
+FUSED_FORMS = [(rms_functional, None, False, False), (rms_functional, "bits", True, True),
+               (rms_manual, None, True, True), (rms_manual, "bits", False, False)]
+
+
+@pytest.mark.parametrize("device", FUSION_DEVICES)
+@pytest.mark.parametrize("rms, ue8m0, normed_used, residual_first", FUSED_FORMS)
+def test_fused_forms_are_rewritten(device, rms, ue8m0, normed_used, residual_first, fusion_on):
+    f = layer(rms, residual_first, normed_used, ue8m0=ue8m0)
+    x, r, w = make_inputs(Case(device, torch.bfloat16, 6, H))
+    r0 = r.clone()
+    got, fused = compiled(f, x, r, w)
+    assert fused, "the pass did not rewrite the graph"
+    assert torch.equal(r, r0), "the graph input residual must stay unchanged (the function does not mutate it)"
+    q, s, r_new = got[:3]
+    if normed_used:
+        check_contract(x, r0, w, 1e-5, ue8m0 is not None, r_new, q, s, got[3] / 2)
+    else:  # the same kernel, eagerly
+        want = torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r0.clone(), w, 1e-5, ue8m0 is not None)
+        assert_fp8_equal(q, want[0], "out")
+        assert_bitwise(s, want[1], "block_scale")
+        check_contract(x, r0, w, 1e-5, ue8m0 is not None, r_new, want[0], want[1], want[2])
+
+
+@pytest.mark.parametrize("device", FUSION_DEVICES)
+@pytest.mark.parametrize("rms, normed_used", [(rms_functional, False), (rms_manual, True)])
+def test_plain_forms_are_rewritten(device, rms, normed_used, fusion_on):
+    x, _, w = make_inputs(Case(device, torch.float16, 5, H, fused=False, weight_fp32=True))
+    got, fused = compiled(first_layer(rms, normed_used), x, w)
+    assert fused
+    want = torch.ops.fp8norm.rmsnorm_fp8_block_quant(x, w, 1e-5, False)
+    assert_fp8_equal(got[0], want[0], "out")
+    assert_bitwise(got[1], want[1], "block_scale")
+    if normed_used:
+        check_contract(x, None, w, 1e-5, False, None, got[0], got[1], got[2] / 2)
+
+
+@pytest.mark.parametrize("device", FUSION_DEVICES)
+def test_module_and_dynamic_shapes(device, fusion_on):
+    norm = torch.nn.RMSNorm(H, eps=1e-6, device=device, dtype=torch.bfloat16)
+
+    def f(x, r):  # constants as literals: dynamic=True turns a float argument into a graph input
+        r = x + r
+        g = norm(r).float().view(r.shape[0], -1, 128)
+        scale = g.abs().amax(-1, keepdim=True).clamp(min=1e-10) / 448.0
+        q = (g / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+        return q.view(r.shape), scale.squeeze(-1), r
+
+    torch._dynamo.reset()
+    g = torch.compile(f, fullgraph=True, dynamic=True)
+    for m in (3, 9, 17):
+        x, r, _ = make_inputs(Case(device, torch.bfloat16, m, H))
+        r0 = r.clone()
+        with torch.no_grad():  # norm.weight requires grad
+            (q, s, r_new), code = run_and_get_code(g, x, r)
+        assert any("fp8norm" in c for c in code)
+        rc = r0.clone()
+        want = torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant(x, rc, norm.weight.detach(), 1e-6, False)
+        assert_fp8_equal(q, want[0], "out")
+        assert_bitwise(s, want[1], "block_scale")
+        assert_bitwise(r_new, rc, "residual")
+
+
+@pytest.mark.parametrize("device", FUSION_DEVICES)
+def test_forms_that_differ_are_left_alone(device, fusion_on):
+    x, r, w = make_inputs(Case(device, torch.bfloat16, 4, 256))
+    differ = {
+        "UE8M0 by log2/ceil/exp2 (float32 log2 rounds scales just above a power of two down)": dict(ue8m0="log2"),
+        "another amax floor": dict(floor=1e-12),
+        "float8_e5m2": dict(fp8=torch.float8_e5m2, fp8_max=57344.0),
+        "e4m3fnuz's 240": dict(fp8_max=240.0),
+        "1x64 blocks": dict(block=64),
+    }
+    for why, options in differ.items():
+        _, fused = compiled(layer(**options), x, r.clone(), w)
+        assert not fused, why
+
+    def rms_weight_after_rounding(s, w, eps):  # Hugging Face's LlamaRMSNorm
+        v = s.float()
+        return w * (v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps)).to(s.dtype)
+
+    def times_reciprocal(x, r, w):  # DeepGEMM's reference: multiply by 448 / amax
+        r = x + r
+        g = rms_functional(r, w, 1e-5).float().view(4, 2, 128)
+        amax = g.abs().amax(-1, keepdim=True).clamp(min=1e-10)
+        return (g * (448.0 / amax)).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(4, 256), (amax / 448.0).squeeze(-1), r
+
+    for why, f in (("weight after rounding", layer(rms_weight_after_rounding)), ("448 / amax", times_reciprocal)):
+        _, fused = compiled(f, x, r.clone(), w)
+        assert not fused, why
+    # and with the pass off, nothing is rewritten
+    fusion.disable_fusion()
+    _, fused = compiled(layer(), x, r.clone(), w)
+    assert not fused
+
+
+def test_enable_disable_chain():
+    from torch._inductor import config
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    calls = []
+
+    class Previous(CustomGraphPass):
+        def __call__(self, graph):
+            calls.append(graph)
+
+        def uuid(self):
+            return "previous"
+
+    before = config.joint_custom_pre_pass
+    prev = Previous()
+    config.joint_custom_pre_pass = prev
+    try:
+        fusion.enable_fusion()
+        assert fusion.fusion_enabled() and config.joint_custom_pre_pass is not prev
+        uuid = config.joint_custom_pre_pass.uuid()
+        assert uuid == config.joint_custom_pre_pass.uuid() and "previous" in uuid
+        fusion.enable_fusion()  # idempotent
+        assert config.joint_custom_pre_pass.previous is prev
+        x, r, w = make_inputs(Case("cpu", torch.bfloat16, 2, 256))
+        _, fused = compiled(layer(), x, r, w)
+        assert fused and calls, "the previous pass runs too"
+        fusion.disable_fusion()
+        assert config.joint_custom_pre_pass is prev and not fusion.fusion_enabled()
+    finally:
+        fusion.disable_fusion()
+        config.joint_custom_pre_pass = before
+        torch._dynamo.reset()
