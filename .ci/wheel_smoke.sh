@@ -8,7 +8,8 @@ work=$(mktemp -d)
 python -m pip install -q build
 FP8NORM_CPU_ONLY=1 python -m build --wheel --no-isolation --outdir "$work/dist" > "$work/build.log" 2>&1 || { tail -40 "$work/build.log"; exit 1; }
 python3 -m venv "$work/venv"
-"$work/venv/bin/python" -m pip install -q torch==2.14.1 "$work"/dist/*.whl
+torch_version=$(python -c "import torch; print(torch.__version__.split('+')[0])")  # the CI venv's
+"$work/venv/bin/python" -m pip install -q "torch==$torch_version" "$work"/dist/*.whl
 cd "$work"
 "$work/venv/bin/python" - <<'PY'
 import importlib.metadata as md

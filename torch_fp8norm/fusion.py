@@ -8,15 +8,16 @@ pattern matcher) that rewrites, in every graph compiled afterwards,
     q, scale = fp8_quant_1x128(h)                # view / abs / amax / clamp / div / clamp / to(e4m3)
 
 into one call of ``fp8norm.fused_add_rmsnorm_fp8_block_quant.out`` (``rmsnorm_fp8_block_quant.out``
-without a residual). These forms compute what the package's numerical contract says (README): one
-rounding of ``x * rstd * weight`` to the input dtype, quantization of those rounded values,
-``scale = max(amax, 1e-10) / 448`` correctly rounded and, with UE8M0 scales, the smallest power of
-two >= scale. Forms that round differently are not matched (README, "Automatic fusion").
+without a residual). These forms state the package's numerical contract (README) step by step:
+one rounding of ``x * rstd * weight`` to the input dtype, quantization of those rounded values,
+``scale = max(amax, 1e-10) / 448`` and, with UE8M0 scales, the smallest power of two >= scale; the
+fused op meets it (eager CUDA torch computes ``amax / 448.0`` as ``amax * (1 / 448)``, so its
+scales can differ by one ulp). Forms that round differently are not matched (README, "Automatic
+fusion").
 
 The pass runs on Inductor's joint graph, before Inductor's own joint-graph patterns: one of those
-(``pointless_convert``, in some torch releases) drops the rounding of the normed values to the
-input dtype before they are quantized, after which the graph no longer says which values the
-program quantizes.
+(``pointless_convert``) may drop the rounding of the normed values to the input dtype before they
+are quantized, after which the graph no longer says which values the program quantizes.
 """
 from __future__ import annotations
 
@@ -188,7 +189,8 @@ def _trace(fn, args, **kwargs) -> torch.fx.GraphModule:
     gm = fwd_only(fn, args, **kwargs)
     for n in gm.graph.nodes:
         target = n.target
-        if n.op == "call_function" and isinstance(target, torch._ops.OpOverload) and target._schema.name.endswith("_"):
+        if (n.op == "call_function" and isinstance(target, torch._ops.OpOverload) and target.namespace == "aten"
+                and target._schema.name.endswith("_")):
             packet = getattr(torch.ops.aten, target._schema.name.split("::")[1][:-1], None)
             functional = getattr(packet, target._overloadname, None) if packet is not None else None
             if functional is not None and len(n.args[0].users) == 1:
