@@ -53,18 +53,18 @@ std::tuple<Tensor, Tensor, Tensor> rmsnorm_fp8_block_quant(const Tensor& input,
 }
 
 void fused_add_rmsnorm_fp8_block_quant_out_meta(const Tensor& input, const Tensor& residual,
-                                                const Tensor& weight, double, bool,
+                                                const Tensor& weight, double, bool ue8m0,
                                                 const Tensor& out, const Tensor& block_scale,
                                                 const OptTensor& normed_out) {
   check_inputs(kFusedOp, input, &residual, weight);
-  check_outputs(kFusedOp, input, out, block_scale, normed_out);
+  check_outputs(kFusedOp, input, ue8m0, out, block_scale, normed_out);
 }
 
-void rmsnorm_fp8_block_quant_out_meta(const Tensor& input, const Tensor& weight, double, bool,
+void rmsnorm_fp8_block_quant_out_meta(const Tensor& input, const Tensor& weight, double, bool ue8m0,
                                       const Tensor& out, const Tensor& block_scale,
                                       const OptTensor& normed_out) {
   check_inputs(kPlainOp, input, nullptr, weight);
-  check_outputs(kPlainOp, input, out, block_scale, normed_out);
+  check_outputs(kPlainOp, input, ue8m0, out, block_scale, normed_out);
 }
 
 // The Autograd kernel of every op: the ops are for inference and have no backward, so a call that

@@ -39,6 +39,8 @@ def poison_(t: torch.Tensor) -> torch.Tensor:
     """Fill with NaN (0x7F for float8), a value no finite input produces."""
     if t.dtype == torch.float8_e4m3fn:
         t.view(torch.uint8).fill_(0x7F)
+    elif t.dtype == torch.int32:  # packed UE8M0 scales: exponent byte 1 (2^-126), never written
+        t.fill_(0x01010101)
     else:
         t.fill_(float("nan"))
     return t

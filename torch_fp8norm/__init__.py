@@ -11,6 +11,7 @@ from . import reference, testing
 from .module import FusedAddRMSNormFP8
 from .ops import (
     BlockQuantized,
+    block_scale_columns,
     block_scale_strides,
     fused_add_rmsnorm_fp8_block_quant,
     has_cuda_kernels,
@@ -20,6 +21,7 @@ from .ops import (
 __all__ = [
     "BlockQuantized",
     "FusedAddRMSNormFP8",
+    "block_scale_columns",
     "block_scale_strides",
     "disable_fusion",
     "enable_fusion",

@@ -20,7 +20,7 @@ _PLAIN_OUT = torch.ops.fp8norm.rmsnorm_fp8_block_quant.out
 
 BLOCK = 128
 SCALE_LAYOUTS = ("deepgemm", "scaled_mm", "row")
-SCALE_FORMATS = ("fp32", "ue8m0")
+SCALE_FORMATS = ("fp32", "ue8m0", "ue8m0_packed")
 
 
 class BlockQuantized(NamedTuple):
@@ -42,20 +42,27 @@ def has_cuda_kernels() -> bool:
         "fp8norm::fused_add_rmsnorm_fp8_block_quant.out", "CUDA")
 
 
-def block_scale_strides(m: int, h: int, layout: str = "deepgemm") -> Tuple[int, int]:
-    """Strides of the [M, H/128] block_scale of M rows of H elements in `layout`:
+def block_scale_columns(h: int, scale_format: str = "fp32") -> int:
+    """Columns of the block_scale of rows of H elements: H/128 scales, or with
+    ``"ue8m0_packed"`` ceil(H/512) int32 words of four UE8M0 exponents."""
+    return (h // BLOCK + 3) // 4 if scale_format == "ue8m0_packed" else h // BLOCK
+
+
+def block_scale_strides(m: int, h: int, layout: str = "deepgemm", scale_format: str = "fp32") -> Tuple[int, int]:
+    """Strides of the [M, block_scale_columns(H, scale_format)] block_scale of M rows of H
+    elements in `layout`:
 
     - ``"deepgemm"`` (the functional ops' own): ``(1, round_up(M, 4))``, column-major with a
       TMA-aligned column stride, as DeepGEMM-style block-scaled GEMMs want;
     - ``"scaled_mm"``: ``(1, M)``, column-major, as ``torch._scaled_mm`` wants 1x128 scales;
-    - ``"row"``: ``(H/128, 1)``, row-major (contiguous).
+    - ``"row"``: row-major (contiguous).
     """
     if layout == "deepgemm":
         return (1, (m + 3) // 4 * 4)
     if layout == "scaled_mm":
         return (1, max(m, 1))
     if layout == "row":
-        return (h // BLOCK, 1)
+        return (block_scale_columns(h, scale_format), 1)
     raise ValueError(f"scale_layout must be one of {SCALE_LAYOUTS}, got {layout!r}")
 
 
@@ -65,7 +72,7 @@ def _check_options(scale_layout: str, scale_format: str) -> bool:
         raise ValueError(f"scale_layout must be one of {SCALE_LAYOUTS}, got {scale_layout!r}")
     if scale_format not in SCALE_FORMATS:
         raise ValueError(f"scale_format must be one of {SCALE_FORMATS}, got {scale_format!r}")
-    return scale_format == "ue8m0"
+    return scale_format != "fp32"
 
 
 def _rows(t: Tensor, name: str, writable: bool) -> Tensor:
@@ -83,12 +90,14 @@ def _rows(t: Tensor, name: str, writable: bool) -> Tensor:
         return t.reshape(-1, t.shape[-1])
 
 
-def _outputs(x: Tensor, scale_layout: str, normed: bool):
+def _outputs(x: Tensor, scale_layout: str, scale_format: str, normed: bool):
     """out, block_scale and normed (or None) for the [M, H] input x, block_scale in scale_layout."""
     m, h = x.shape
     out = torch.empty((m, h), dtype=torch.float8_e4m3fn, device=x.device)
-    scale = torch.empty_strided((m, h // BLOCK), block_scale_strides(m, h, scale_layout),
-                                dtype=torch.float32, device=x.device)
+    scale = torch.empty_strided((m, block_scale_columns(h, scale_format)),
+                                block_scale_strides(m, h, scale_layout, scale_format),
+                                dtype=torch.int32 if scale_format == "ue8m0_packed" else torch.float32,
+                                device=x.device)
     return out, scale, (torch.empty((m, h), dtype=x.dtype, device=x.device) if normed else None)
 
 
@@ -124,8 +133,10 @@ def fused_add_rmsnorm_fp8_block_quant(
             ``"scaled_mm"`` (column-major, column stride M) or ``"row"`` (row-major); see
             :func:`block_scale_strides`. The layout of a 2-D call's [M, H/128] scales;
             with leading dimensions block_scale is a view of them.
-        scale_format: ``"fp32"`` (amax / 448) or ``"ue8m0"`` (that rounded up to a power of two,
-            as float32).
+        scale_format: ``"fp32"`` (amax / 448), ``"ue8m0"`` (that rounded up to a power of two,
+            as float32) or ``"ue8m0_packed"`` (those powers of two as UE8M0 exponent bytes, four
+            per int32: block_scale is int32 [..., ceil(H/512)], byte g % 4 of word g / 4 holding
+            block g's biased exponent, padding bytes zero; DeepGEMM's sm_100 format).
         normed: write and return ``normed``; False skips its stores (returned as None).
 
     Returns:
@@ -135,9 +146,9 @@ def fused_add_rmsnorm_fp8_block_quant(
         return _as_result(_FUSED(input, residual, weight, eps, False))  # the functional op as is
     ue8m0 = _check_options(scale_layout, scale_format)
     lead, x, r = input.shape[:-1], _rows(input, "input", False), _rows(residual, "residual", True)
-    if scale_layout == "deepgemm" and normed:
+    if scale_layout == "deepgemm" and scale_format != "ue8m0_packed" and normed:
         return _result(lead, *_FUSED(x, r, weight, eps, ue8m0))
-    out, scale, n = _outputs(x, scale_layout, normed)
+    out, scale, n = _outputs(x, scale_layout, scale_format, normed)
     _FUSED_OUT(x, r, weight, eps, ue8m0, out=out, block_scale=scale, normed_out=n)
     return _result(lead, out, scale, n)
 
@@ -158,8 +169,8 @@ def rmsnorm_fp8_block_quant(
         return _as_result(_PLAIN(input, weight, eps, False))  # the functional op as is
     ue8m0 = _check_options(scale_layout, scale_format)
     lead, x = input.shape[:-1], _rows(input, "input", False)
-    if scale_layout == "deepgemm" and normed:
+    if scale_layout == "deepgemm" and scale_format != "ue8m0_packed" and normed:
         return _result(lead, *_PLAIN(x, weight, eps, ue8m0))
-    out, scale, n = _outputs(x, scale_layout, normed)
+    out, scale, n = _outputs(x, scale_layout, scale_format, normed)
     _PLAIN_OUT(x, weight, eps, ue8m0, out=out, block_scale=scale, normed_out=n)
     return _result(lead, out, scale, n)

@@ -76,7 +76,7 @@ void check_inputs(const char* op, const at::Tensor& input, const at::Tensor* res
                   to_str(weight.sym_stride(0)));
 }
 
-void check_outputs(const char* op, const at::Tensor& input, const at::Tensor& out,
+void check_outputs(const char* op, const at::Tensor& input, bool scale_ue8m0, const at::Tensor& out,
                    const at::Tensor& block_scale, const std::optional<at::Tensor>& normed_out) {
   check_rows(op, "out", out, input, at::kFloat8_e4m3fn);
   if (normed_out.has_value()) check_rows(op, "normed_out", *normed_out, input, input.scalar_type());
@@ -84,12 +84,14 @@ void check_outputs(const char* op, const at::Tensor& input, const at::Tensor& ou
               to_str(block_scale.dim()), "-D");
   TORCH_CHECK(block_scale.device() == input.device(), op, ": block_scale must be on ",
               input.device().str(), " like input, got ", block_scale.device().str());
-  TORCH_CHECK(block_scale.scalar_type() == at::kFloat, op,
-              ": block_scale must have dtype float32, got ", block_scale.scalar_type());
-  TORCH_SYM_CHECK(block_scale.sym_size(0).sym_eq(input.sym_size(0))
-                      .sym_and(block_scale.sym_size(1).sym_eq(input.sym_size(1) / kBlock)),
-                  op, ": block_scale must have shape [M, H/128] = [", to_str(input.sym_size(0)), ", ",
-                  to_str(input.sym_size(1) / kBlock), "], got ", to_str(block_scale.sym_sizes()));
+  const bool packed = block_scale.scalar_type() == at::kInt;
+  TORCH_CHECK(block_scale.scalar_type() == at::kFloat || (packed && scale_ue8m0), op,
+              ": block_scale must have dtype float32, or int32 (packed UE8M0 exponents) with scale_ue8m0=True, got ",
+              block_scale.scalar_type(), scale_ue8m0 ? "" : " (scale_ue8m0=False)");
+  const c10::SymInt cols = packed ? (input.sym_size(1) / kBlock + 3) / 4 : input.sym_size(1) / kBlock;
+  TORCH_SYM_CHECK(block_scale.sym_size(0).sym_eq(input.sym_size(0)).sym_and(block_scale.sym_size(1).sym_eq(cols)),
+                  op, ": block_scale must have shape [M, ", packed ? "ceil(H/512)" : "H/128", "] = [",
+                  to_str(input.sym_size(0)), ", ", to_str(cols), "], got ", to_str(block_scale.sym_sizes()));
 }
 
 namespace {
@@ -219,7 +221,7 @@ RowArgs prepare(const char* op, const at::Tensor& input, const at::Tensor* resid
                 const at::Tensor& weight, double eps, bool scale_ue8m0, const at::Tensor& out,
                 const at::Tensor& block_scale, const std::optional<at::Tensor>& normed_out) {
   check_inputs(op, input, residual, weight);
-  check_outputs(op, input, out, block_scale, normed_out);
+  check_outputs(op, input, scale_ue8m0, out, block_scale, normed_out);
   check_no_overlap(op, input, residual, weight, out, block_scale, normed_out);
   return row_args(input, residual, weight, eps, scale_ue8m0, out, block_scale, normed_out);
 }
@@ -240,7 +242,8 @@ RowArgs row_args(const at::Tensor& input, const at::Tensor* residual, const at::
   a.weight_is_float = weight.scalar_type() == at::kFloat;
   a.out = out.data_ptr();
   a.out_stride = out.stride(0);
-  a.block_scale = block_scale.data_ptr<float>();
+  a.scale_packed = block_scale.scalar_type() == at::kInt;
+  a.block_scale = static_cast<float*>(block_scale.data_ptr());
   a.scale_stride_row = block_scale.stride(0);
   a.scale_stride_col = block_scale.stride(1);
   if (normed_out.has_value()) {

@@ -30,7 +30,9 @@ constexpr const char* kPlainOp = "fp8norm.rmsnorm_fp8_block_quant";
 // Safe to call on meta/fake tensors. residual is null for rmsnorm_fp8_block_quant.
 void check_inputs(const char* op, const at::Tensor& input, const at::Tensor* residual,
                   const at::Tensor& weight);
-void check_outputs(const char* op, const at::Tensor& input, const at::Tensor& out,
+// block_scale: float32 [M, H/128], or with scale_ue8m0 packed UE8M0 exponents, int32
+// [M, ceil(H/512)] (byte g % 4 of word g / 4 is block g's exponent, padding bytes zero).
+void check_outputs(const char* op, const at::Tensor& input, bool scale_ue8m0, const at::Tensor& out,
                    const at::Tensor& block_scale, const std::optional<at::Tensor>& normed_out);
 
 // Checks that need real memory: no written tensor overlaps itself, and no written tensor
@@ -60,7 +62,8 @@ struct RowArgs {
   bool weight_is_float = false;  // weight dtype float32 (else: input's dtype)
   void* out = nullptr;           // float8_e4m3fn bytes
   int64_t out_stride = 0;
-  float* block_scale = nullptr;
+  float* block_scale = nullptr;  // with scale_packed, int32 words (the same 4-byte strides)
+  bool scale_packed = false;     // packed UE8M0 exponents (check_outputs)
   int64_t scale_stride_row = 0;
   int64_t scale_stride_col = 0;
   void* normed = nullptr;  // null: normed values are not written

@@ -105,6 +105,22 @@ C10_HOST_DEVICE inline float block_scale_from_amax_bits(uint32_t amax_bits, bool
   return scale;
 }
 
+// The UE8M0 byte of a block scale rounded up to a power of two (or Inf / NaN): its biased float32
+// exponent (the scale is positive). 1e-10 / 448 rounds to 2^-42: byte 85; Inf and NaN: 0xFF.
+C10_HOST_DEVICE inline uint8_t ue8m0_byte(float scale) { return static_cast<uint8_t>(float_bits(scale) >> 23); }
+
+// The packed UE8M0 store of block `col`'s scale (of `nblocks` in the row) into the row's int32
+// words at `row_words`: byte col % 4 of word col / 4 (little-endian, so the byte at that offset);
+// the row's last block also zeroes its word's padding bytes. Each byte has one writer.
+C10_HOST_DEVICE inline void store_packed_ue8m0(float* row_words, int64_t word_stride, int64_t col, int64_t nblocks,
+                                               float scale) {
+  uint8_t* word = reinterpret_cast<uint8_t*>(row_words + (col / 4) * word_stride);
+  word[col % 4] = ue8m0_byte(scale);
+  if (col == nblocks - 1) {
+    for (int64_t k = col % 4 + 1; k < 4; ++k) word[k] = 0;
+  }
+}
+
 // g / scale, correctly rounded, before the saturating conversion to float8_e4m3fn (which is
 // the reference's clamp(-448, 448) followed by round-to-nearest-even).
 C10_HOST_DEVICE inline float scaled(float g, float scale) {

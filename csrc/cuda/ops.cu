@@ -74,7 +74,8 @@ launch::Problem problem_of(const RowArgs& a, int64_t es) {
   // One row offset pays in calls that write normed_out (three products saved, not one).
   p.one_stride = a.normed != nullptr && a.normed_stride == a.input_stride &&
                  (a.residual == nullptr || a.residual_stride == a.input_stride) && a.out_stride == a.input_stride;
-  p.scale_lines = a.scale_stride_row == 1 && a.scale_stride_col % 32 == 0 &&
+  // Packed scales are byte stores: the float lines' L2 policy is not planned for them.
+  p.scale_lines = !a.scale_packed && a.scale_stride_row == 1 && a.scale_stride_col % 32 == 0 &&
                   reinterpret_cast<uintptr_t>(a.block_scale) % 128 == 0;
   return p;
 }

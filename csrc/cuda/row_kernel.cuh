@@ -33,6 +33,10 @@ namespace cuda {
 // store is the same and costs less).
 __device__ __forceinline__ void store_row_block_scale(const RowArgs& a, const LaunchParams& s, int64_t row, int col,
                                                       float scale) {
+  if (a.scale_packed) {
+    store_packed_ue8m0(a.block_scale + row * a.scale_stride_row, a.scale_stride_col, col, a.hidden / kBlock, scale);
+    return;
+  }
   float* p = a.block_scale + row * a.scale_stride_row + col * a.scale_stride_col;
   if (FP8NORM_SM90 && s.scale_keep_rows > 0) {
     store_scale(p, scale, scale_store_policy(row < s.scale_keep_rows));

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs tests/gpu/sanitize_cases.py (every kernel of the launch policy, forced through the test
 # hook, and a grid under the policy) under compute-sanitizer with memcheck, racecheck, initcheck
-# and synccheck (TOOLS="..." to choose). One log, $OUT/sanitize.log (or ./sanitize-out/), a
+# and synccheck (TOOLS="..." to choose); arguments choose case groups (kernels policy packed;
+# default all). One log, $OUT/sanitize.log (or ./sanitize-out/), a
 # section per tool; a summary per tool on stdout. Exit status 0 only if every tool reported zero
 # errors and every case met the contract.
 set -uo pipefail
@@ -13,7 +14,7 @@ log="$out/sanitize.log"
 status=0
 for tool in ${TOOLS:-memcheck racecheck initcheck synccheck}; do
   echo "===== compute-sanitizer --tool $tool" >> "$log"
-  compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tests/gpu/sanitize_cases.py > "$out/.tool.log" 2>&1
+  compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tests/gpu/sanitize_cases.py "$@" > "$out/.tool.log" 2>&1
   rc=$?
   cat "$out/.tool.log" >> "$log" && rm -f "$out/.tool.log"
   echo "== $tool: exit $rc"

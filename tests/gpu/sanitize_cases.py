@@ -2,7 +2,8 @@
 itself is slow under the sanitizer), each checked against the contract as in the tests: every
 kernel of the launch policy forced on the shapes that exercise it (tests/test_kernels.py's
 CASES), then a grid under the policy's own choices (odd H, long rows, M in {1, 3, 5, 1024, 133},
-strided and unaligned rows, every block_scale layout, normed_out=None, scale_ue8m0, both ops)."""
+strided and unaligned rows, every block_scale layout, normed_out=None, scale_ue8m0, both ops),
+and packed UE8M0 scales under every kernel (tests/test_ue8m0_packed.py)."""
 import itertools
 import os
 import sys
@@ -13,6 +14,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import fp8norm_testing  # noqa: E402
 from fp8norm_testing import LAYOUTS, Case, check_case, forced_kernel  # noqa: E402
 from test_kernels import kernel_cases  # noqa: E402
+from test_ue8m0_packed import KERNEL_CASES, test_packed_every_cuda_kernel  # noqa: E402
 
 # References on the CPU: racecheck reports hazards inside torch's own CUDA reduction kernels.
 fp8norm_testing.REFERENCE_DEVICE = "cpu"
@@ -30,19 +32,31 @@ def policy_cases(device="cuda"):
             yield Case(device, dtype, m, h, fused=fused, pad=pad, layout=layout, normed_none=normed_none, ue8m0=ue8m0)
 
 
-def main():
+GROUPS = ("kernels", "policy", "packed")
+
+
+def main(groups=GROUPS):
     n = 0
-    for param in kernel_cases():
-        kernel, case = param.values
-        with forced_kernel(kernel):
+    if "kernels" in groups:
+        for param in kernel_cases():
+            kernel, case = param.values
+            with forced_kernel(kernel):
+                check_case(case)
+            n += 1
+    if "policy" in groups:
+        for case in policy_cases():
             check_case(case)
-        n += 1
-    for case in policy_cases():
-        check_case(case)
-        n += 1
+            n += 1
+    if "packed" in groups:
+        for i in range(len(KERNEL_CASES)):
+            test_packed_every_cuda_kernel(i)
+            n += 1
     torch.cuda.synchronize()
     print(f"sanitize_cases: {n} cases checked")
 
 
 if __name__ == "__main__":
-    main()
+    unknown = set(sys.argv[1:]) - set(GROUPS)
+    if unknown:
+        sys.exit(f"unknown case groups {sorted(unknown)}; groups: {' '.join(GROUPS)} (default: all)")
+    main(sys.argv[1:] or GROUPS)
