@@ -2,6 +2,8 @@
 FP8 quantization in compiled graphs into the fp8norm ops. Each form is compiled with the pass on
 and off; the tests assert which graph calls an fp8norm op, and check the fused results against
 the contract (or bitwise against the eager op where the normed values are not returned)."""
+import uuid as uuid_module
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -172,13 +174,14 @@ def test_enable_disable_chain():
     from torch._inductor.custom_graph_pass import CustomGraphPass
 
     calls = []
+    token = f"previous-{uuid_module.uuid4()}"
 
     class Previous(CustomGraphPass):
         def __call__(self, graph):
             calls.append(graph)
 
-        def uuid(self):
-            return "previous"
+        def uuid(self):  # unique per run: a graph cached by an earlier run would run no pass
+            return token
 
     before = config.joint_custom_pre_pass
     prev = Previous()
@@ -187,12 +190,11 @@ def test_enable_disable_chain():
         fusion.enable_fusion()
         assert fusion.fusion_enabled() and config.joint_custom_pre_pass is not prev
         uuid = config.joint_custom_pre_pass.uuid()
-        assert uuid == config.joint_custom_pre_pass.uuid() and "previous" in uuid
+        assert uuid == config.joint_custom_pre_pass.uuid() and token in uuid
         fusion.enable_fusion()  # idempotent
         assert config.joint_custom_pre_pass.previous is prev
-        x, r, w = make_inputs(Case("cpu", torch.bfloat16, 2, 256))
-        with config.patch(force_disable_caches=True):  # a cached graph would run no pass
-            _, fused = compiled(layer(), x, r, w)
+        x, r, w = make_inputs(Case(FUSION_DEVICES[0], torch.bfloat16, 2, 256))
+        _, fused = compiled(layer(), x, r, w)
         assert fused and calls, "the previous pass runs too"
         fusion.disable_fusion()
         assert config.joint_custom_pre_pass is prev and not fusion.fusion_enabled()
