@@ -14,6 +14,11 @@ Byte model (bf16): read input, read residual, write residual, write normed (4 x 
     bytes = 9*M*H + 4*M*H/128 + 2*H      (normed_out=None: 7*M*H + ...)
 --no-residual: 5*M*H + ... (normed_out=None: 3*M*H + ...).
 
+--packed adds the op writing packed UE8M0 scales (int32, four exponents per word) instead of
+float32 ones. --layer times a whole layer instead (CUDA, sm_90): examples/fp8_linear.py's fused
+norm + quantization + blockwise FP8 GEMM against the unfused layer and the bf16 layer under
+torch.compile, each call on its own buffers and weights.
+
 On CPU: wall clock of back-to-back calls on the same buffers, median of repeats. --call-cost
 times the host cost of one eager call instead. benchmarks/README.md says how to read the output.
 """
@@ -43,6 +48,7 @@ def _grid(ms, hs, extra=()):
     return [(m, h) for h in hs for m in ms] + list(extra)
 
 
+LAYER_SHAPES = [(1, 7168), (16, 7168), (128, 7168), (2048, 7168), (8192, 7168)]
 GRIDS = {
     "cpu": _grid([1, 16, 1024], [1152, 4096, 7168]),
     "decode": _grid([1, 16, 128, 512], [2048, 4096, 7168, 8192, 16384]),
@@ -86,6 +92,13 @@ def op_sets(m, h, n, dtype, wdtype, residual, device):
     normed = torch.empty(n, m, h, dtype=dtype, device=device)
     return [((x[i], r[i], w[i]) if residual else (x[i], w[i]), out[i], scale[i], normed[i])
             for i in range(n)]
+
+
+def packed_scales(m, h, n, device):
+    """n int32 [M, ceil(H/512)] packed UE8M0 block_scales, strided (1, round_up(M, 4))."""
+    mp = torch_fp8norm.block_scale_strides(m, h, "deepgemm", "ue8m0_packed")[1]
+    cols = torch_fp8norm.block_scale_columns(h, "ue8m0_packed")
+    return list(torch.empty(n, cols, mp, dtype=torch.int32, device=device).transpose(1, 2)[:, :m])
 
 
 def copy_sets(nbytes: int, n: int, device):
@@ -186,6 +199,10 @@ def bench_shape(m, h, args, l2, compiled_ref):
     op = getattr(torch.ops.fp8norm, OP_NAMES[residual]).out
     run("op", lambda ins, o, s, n: op(*ins, EPS, False, out=o, block_scale=s, normed_out=n), sets)
     run("op_nonormed", lambda ins, o, s, n: op(*ins, EPS, False, out=o, block_scale=s, normed_out=None), sets)
+    if args.packed:
+        packed = packed_scales(m, h, len(sets), dev)
+        run("op_packed", lambda ins, o, p, n: op(*ins, EPS, True, out=o, block_scale=p, normed_out=n),
+            [(ins, o, p, n) for (ins, o, _, n), p in zip(sets, packed)])
     if compiled_ref is not None:
         run("compile", lambda ins, *_: compiled_ref(*ins), sets)
     if args.eager:
@@ -195,6 +212,45 @@ def bench_shape(m, h, args, l2, compiled_ref):
     rec["pct_of_copy"] = {k: 100.0 * t["copy_nonormed" if "nonormed" in k else "copy"] / v
                           for k, v in t.items() if not k.startswith("copy")}
     return rec
+
+
+def layer_variants():
+    """The layer variants of examples/fp8_linear.py, each fn(x, residual, norm_weight, w, w_q,
+    w_scale, q, q_scale): the fused op + FP8 GEMM; the unfused layer (add, RMSNorm, quantization,
+    FP8 GEMM) under torch.compile; the layer in bf16 under torch.compile; the FP8 GEMM alone."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+    import fp8_linear as L
+
+    unfused = torch.compile(L.unfused_norm_linear, dynamic=False)
+    bf16 = torch.compile(L.bf16_norm_linear, dynamic=False)
+    return L, {"fused": lambda x, r, nw, w, wq, ws, q, qs: L.fused_norm_linear(x, r, nw, wq, ws, EPS),
+               "unfused_compile": lambda x, r, nw, w, wq, ws, q, qs: unfused(x, r, nw, wq, ws, EPS),
+               "bf16_compile": lambda x, r, nw, w, wq, ws, q, qs: bf16(x, r, nw, w, EPS),
+               "gemm": lambda x, r, nw, w, wq, ws, q, qs: L.fp8_block_gemm(q, qs, wq, ws, x.dtype)}
+
+
+def layer_set_bytes(m, h, n_out, dtype) -> int:
+    e = dtype.itemsize
+    return (2 * e + 1) * m * h + e * h + (e + 1) * n_out * h + 4 * m * (h // 128) + 4 * (n_out // 128) * (h // 128)
+
+
+def bench_layer(m, h, args, l2):
+    """One record: µs of a layer with N = H outputs (examples/fp8_linear.py's variants), every
+    call on its own buffers and weights (cold L2 as for the op)."""
+    torch._dynamo.reset()
+    L, variants = layer_variants()
+    n_out, dtype, dev = h, args.dtype_t, args.device
+    n = n_sets(layer_set_bytes(m, h, n_out, dtype), l2, args.cold)
+    torch.manual_seed(m * 7919 + h)
+    sets = []
+    for _ in range(n):
+        x, r = (torch.randn(m, h, dtype=dtype, device=dev) for _ in range(2))
+        nw = torch.rand(h, device=dev).add_(0.5).to(dtype)
+        w = torch.randn(n_out, h, device=dev).div_(h**0.5).to(dtype)
+        sets.append((x, r, nw, w, *L.quantize_weight(w), *L.quantize_activations(x, r.clone(), nw, EPS)))
+    timed = {k: time_graph(fn, sets if args.cold else sets * args.calls, args.replays) for k, fn in variants.items()}
+    return dict(M=m, H=h, N=n_out, dtype=args.dtype, sets={"layer": n}, us={k: v[0] for k, v in timed.items()},
+                spread={k: v[1] for k, v in timed.items()})
 
 
 def device_gb(m, h, args, l2) -> float:
@@ -245,6 +301,9 @@ HOW = {
     "hot": "hot L2: {calls} back-to-back calls on the same buffers in one CUDA graph; median over replays",
     "cpu": "wall clock of back-to-back calls on the same buffers, median of {replays} repeats; the op "
            "timed as .out into preallocated outputs, eager and torch.compile allocate their outputs",
+    "layer": "residual add + RMSNorm + 1x128 FP8 quantization + blockwise FP8 GEMM (torch._scaled_mm, N = H), "
+             "every call on its own buffers and weights, sets of >= 4x the {l2:.0f} MiB L2 back to back in one "
+             "CUDA graph; median over replays of replay time / calls",
     "call-cost": "host cost per eager call, {calls} calls back to back, median of {replays} repeats{sync}",
 }
 
@@ -262,11 +321,12 @@ def print_table(records):
     rows = []
     for r in records:
         us, pct = r["us"], r["pct_of_copy"]
-        nn, c, e = us.get("op_nonormed"), us.get("compile"), us.get("eager")
+        nn, pk, c, e = us.get("op_nonormed"), us.get("op_packed"), us.get("compile"), us.get("eager")
         rows.append({"M": r["M"], "H": r["H"], "copy µs": f"{us['copy']:.2f}", "op µs": f"{us['op']:.2f}",
                      "op % of copy": f"{pct['op']:.0f}",
                      "no-normed µs (/ op)": nn and f"{nn:.2f} ({nn / us['op']:.2f})",
                      "no-normed % of its copy": nn and f"{pct['op_nonormed']:.0f}",
+                     "packed UE8M0 µs (/ op)": pk and f"{pk:.2f} ({pk / us['op']:.2f})",
                      "torch.compile µs": c and f"{c:.2f}",
                      "op speedup over compile": c and f"{c / us['op']:.2f}x",
                      "eager µs": e and f"{e:.2f}"})
@@ -285,12 +345,22 @@ def print_call_cost(records):
               f"{c['add_']:.2f} |")
 
 
+def print_layer(records):
+    print("| M | H (= K = N) | fused µs | unfused, torch.compile µs | bf16, torch.compile µs | FP8 GEMM alone µs | "
+          "fused speedup over unfused | over bf16 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in records:
+        u = r["us"]
+        print(f"| {r['M']} | {r['H']} | {u['fused']:.2f} | {u['unfused_compile']:.2f} | {u['bf16_compile']:.2f} | "
+              f"{u['gemm']:.2f} | {u['unfused_compile'] / u['fused']:.2f}x | {u['bf16_compile'] / u['fused']:.2f}x |")
+
+
 def report(meta, plot_path=None):
     print(header(meta))
-    (print_call_cost if meta["mode"] == "call-cost" else print_table)(meta["records"])
+    {"call-cost": print_call_cost, "layer": print_layer}.get(meta["mode"], print_table)(meta["records"])
     for w in meta["warnings"]:
         print(w, file=sys.stderr)
-    if plot_path and meta["mode"] != "call-cost":
+    if plot_path and meta["mode"] not in ("call-cost", "layer"):
         plot(meta, plot_path)
 
 
@@ -367,6 +437,12 @@ def main(argv=None):
     p.add_argument("--call-cost", action="store_true",
                    help="host µs per eager call (.out, functional op, Python wrapper, add_) at 1x7168 "
                         "or --shapes, instead of the table")
+    p.add_argument("--packed", action="store_true",
+                   help="also time the op writing packed UE8M0 scales (int32, scale_ue8m0=True)")
+    p.add_argument("--layer", action="store_true",
+                   help="CUDA (sm_90): time a whole layer instead (examples/fp8_linear.py: the op + FP8 GEMM "
+                        "against the unfused layer and the bf16 layer under torch.compile) at M 1..8192, H 7168 "
+                        "or --shapes")
     p.add_argument("--json", default=None, help="write the results to this path")
     p.add_argument("--plot", default=None, help="write a PNG: %% of copy bandwidth vs M, one line per H")
     p.add_argument("--from-json", default=None, help="print (and --plot) an earlier --json file instead of measuring")
@@ -387,10 +463,14 @@ def main(argv=None):
     args.wdtype_t = torch.float32 if args.weight_fp32 else args.dtype_t
     args.cold = args.device == "cuda" and not args.hot
     args.eager = (args.eager or args.device == "cpu") and not args.skip_eager
+    if args.layer and args.device != "cuda":
+        p.error("--layer needs CUDA")
     if args.shapes:
         shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    elif args.call_cost or args.layer:
+        shapes = [(1, 7168)] if args.call_cost else LAYER_SHAPES
     else:
-        shapes = [(1, 7168)] if args.call_cost else GRIDS[args.grid or ("small" if args.device == "cuda" else "cpu")]
+        shapes = GRIDS[args.grid or ("small" if args.device == "cuda" else "cpu")]
     cuda = args.device == "cuda"
     l2 = (getattr(torch.cuda.get_device_properties(), "L2_cache_size", 0) or L2_FALLBACK) if cuda else 0
     meta = dict(op=OP_NAMES[not args.no_residual], device=args.device,
@@ -398,7 +478,8 @@ def main(argv=None):
                 dtype=args.dtype, weight_dtype=str(args.wdtype_t).replace("torch.", ""),
                 weight_fp32=args.weight_fp32, l2_bytes=l2, threads=torch.get_num_threads(),
                 loadavg=os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-                mode="call-cost" if args.call_cost else "cold-l2" if args.cold else "hot" if cuda else "cpu",
+                mode=("call-cost" if args.call_cost else "layer" if args.layer else "cold-l2" if args.cold else
+                      "hot" if cuda else "cpu"),
                 warnings=[], skipped=[], records=[])
     if args.call_cost or not cuda:  # host time is measured
         meta["warnings"].append(unreliable())
@@ -411,7 +492,12 @@ def main(argv=None):
         args.calls = args.calls or (20 if cuda else None)
         args.replays = args.replays or (15 if cuda else 5)
         meta.update(calls=args.calls, replays=args.replays)
-        measure(shapes, args, l2, meta)
+        if args.layer:
+            meta["records"] = [bench_layer(m, h, args, l2) for m, h in shapes]
+            meta["warnings"] += [unreliable(max(r["spread"].values()), f" at {r['M']}x{r['H']}")
+                                 for r in meta["records"]]
+        else:
+            measure(shapes, args, l2, meta)
     meta["warnings"] = [w for w in meta["warnings"] if w]
     report(meta, args.plot)
     if args.json:

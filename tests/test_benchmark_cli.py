@@ -83,6 +83,18 @@ def test_benchmark_no_residual_and_fp32_weight(bench, tmp_path, capsys):
     assert "eager" not in rec["us"] and rec["us"]["op"] > 0
 
 
+def test_benchmark_packed_column(bench, capsys):
+    """--packed times the op writing packed UE8M0 scales beside the float32 ones; its scale
+    buffers are int32 [M, ceil(H/512)] strided (1, round_up(M, 4)); --layer needs CUDA."""
+    bench.main([*FAST, "--shapes", "3x640", "--packed", "--skip-eager"])
+    lines = capsys.readouterr().out.splitlines()
+    assert "| packed UE8M0 µs (/ op) |" in lines[1] and lines[3].startswith("| 3 | 640 | ")
+    (p,) = bench.packed_scales(3, 640, 1, "cpu")
+    assert p.dtype == torch.int32 and p.shape == (3, 2) and p.stride() == (1, 4)
+    with pytest.raises(SystemExit):
+        bench.main(["--device", "cpu", "--layer"])
+
+
 def test_benchmark_from_json_reprints(bench, tmp_path, capsys):
     out = tmp_path / "b.json"
     bench.main([*FAST, "--shapes", "3x256", "--json", str(out)])
