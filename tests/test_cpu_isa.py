@@ -45,25 +45,46 @@ def gcc_12_or_later():
     return "clang" not in out.lower() and m is not None and int(m.group(1)) >= 12
 
 
+def isa_env(isa):
+    return {**os.environ, "FP8NORM_CPU_ISA": isa}
+
+
 def run_with_isa(isa, args):
-    env = {**os.environ, "FP8NORM_CPU_ISA": isa}
-    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=600,
+    return subprocess.run([sys.executable, *args], env=isa_env(isa), capture_output=True, text=True, timeout=600,
                           cwd=os.path.dirname(HERE))
 
 
+def lacking(isa):
+    """Why this machine cannot run `isa`'s kernel (None: it can, or the build will say)."""
+    if isa == "baseline":
+        return None
+    flags = cpu_flags()
+    if platform.machine() not in ("x86_64", "AMD64") or flags is None:
+        return "an x86-64 Linux CPU is needed to know whether it has " + isa
+    missing = NEEDS[isa] - flags
+    return f"this CPU lacks {sorted(missing)}" if missing else None
+
+
+@pytest.fixture(scope="module")
+def contract_runs():
+    """The CPU contract tests under every instruction set this CPU has, in one interpreter per
+    instruction set, all started at once: isa -> (exit status, output)."""
+    procs = {isa: subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                    "tests/test_contract.py", "-k", "cpu"], env=isa_env(isa), text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=os.path.dirname(HERE))
+             for isa in NEEDS if lacking(isa) is None}
+    outs = {isa: p.communicate(timeout=600)[0] for isa, p in procs.items()}
+    return {isa: (procs[isa].returncode, out) for isa, out in outs.items()}
+
+
 @pytest.mark.parametrize("isa", sorted(NEEDS))
-def test_cpu_contract_under_isa(isa):
-    if isa != "baseline":
-        flags = cpu_flags()
-        if platform.machine() not in ("x86_64", "AMD64") or flags is None:
-            pytest.skip("an x86-64 Linux CPU is needed to know whether it has " + isa)
-        missing = NEEDS[isa] - flags
-        if missing:
-            pytest.skip(f"this CPU lacks {sorted(missing)}")
-    proc = run_with_isa(isa, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_contract.py", "-k", "cpu"])
-    if "this build has the baseline kernel only" in proc.stdout + proc.stderr and gcc_12_or_later() is False:
+def test_cpu_contract_under_isa(isa, contract_runs):
+    if lacking(isa):
+        pytest.skip(lacking(isa))
+    rc, out = contract_runs[isa]
+    if "this build has the baseline kernel only" in out and gcc_12_or_later() is False:
         pytest.skip(f"the extension's compiler is not GCC 12 or later: no {isa} kernel")
-    assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert rc == 0 and " passed" in out, out[-6000:]
 
 
 def test_cpu_isa_unknown():
