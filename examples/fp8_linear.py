@@ -6,8 +6,8 @@ scales (cuBLASLt, CUDA 12.9 and later).
     python examples/fp8_linear.py        # checks one layer against float references, prints errors
 
 ``_scaled_mm`` wants the activation scales ``[M, K/128]`` with strides exactly ``(1, M)`` (the
-wrappers' ``scale_layout="scaled_mm"``), and M a multiple of 16: the layer writes the op's output
-into the first M rows of padded operands through the ``.out`` op. The weight scales are
+wrappers' ``scale_layout="scaled_mm"``), and M a multiple of 4: the layer writes the op's output
+into the first M rows of operands of round_up(M, 4) rows through the ``.out`` op. The weight scales are
 ``[N/128, K/128]`` row-major, passed transposed with the transposed weight.
 """
 from __future__ import annotations
@@ -21,8 +21,9 @@ from torch_fp8norm import reference as R
 
 BLOCK = 128
 # cuBLASLt's blockwise FP8 GEMM rejects (CUBLAS_STATUS_NOT_SUPPORTED) activations whose row count is
-# not a multiple of this, so the operands are allocated with that many rows.
-ROW_ALIGN = 16
+# not a multiple of this, so the operands are allocated with M rounded up to it: the scales' column
+# stride is then round_up(M, 4), the op's "deepgemm" layout.
+ROW_ALIGN = 4
 
 
 def quantize_weight(w: Tensor) -> tuple[Tensor, Tensor]:
