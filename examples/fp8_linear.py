@@ -6,8 +6,8 @@ scales (cuBLASLt, CUDA 12.9 and later).
     python examples/fp8_linear.py        # checks one layer against float references, prints errors
 
 ``_scaled_mm`` wants the activation scales ``[M, K/128]`` with strides exactly ``(1, M)`` (the
-wrappers' ``scale_layout="scaled_mm"``), and M a multiple of 4: the layer writes the op's output
-into the first M rows of operands of round_up(M, 4) rows through the ``.out`` op. The weight scales are
+wrappers' ``scale_layout="scaled_mm"``), and M a multiple of 4: the layer has the ``.out`` op
+write the first M rows of operands of round_up(M, 4) rows. The weight scales are
 ``[N/128, K/128]`` row-major, passed transposed with the transposed weight.
 """
 from __future__ import annotations
