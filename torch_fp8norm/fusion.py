@@ -46,20 +46,13 @@ _TRACE_EPS = 2.0 ** -20
 
 # ---- the forms matched (traced into aten graphs by the pattern matcher) ----
 
-def _quant(h: torch.Tensor):
+def _quant(h: torch.Tensor, ue8m0: bool = False):
     m, n = h.shape
     g = h.float().view(m, n // BLOCK, BLOCK)
     amax = g.abs().amax(-1, keepdim=True).clamp(min=AMAX_FLOOR)
     scale = amax / FP8_MAX
-    q = (g / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
-    return q.view(m, n), scale.squeeze(-1)
-
-
-def _quant_ue8m0(h: torch.Tensor):
-    m, n = h.shape
-    g = h.float().view(m, n // BLOCK, BLOCK)
-    amax = g.abs().amax(-1, keepdim=True).clamp(min=AMAX_FLOOR)
-    scale = ue8m0_round_up(amax / FP8_MAX)
+    if ue8m0:  # a Python flag: each value traces its own form
+        scale = ue8m0_round_up(scale)
     q = (g / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
     return q.view(m, n), scale.squeeze(-1)
 
@@ -124,8 +117,10 @@ def _example_inputs(fused: bool, weight_dtype: torch.dtype):
     return [x, torch.empty_like(x), w, _TRACE_EPS] if fused else [x, w, _TRACE_EPS]
 
 
-def _fused_forms(add_first: bool, rms, quant, ue8m0: bool):
+def _fused_forms(add_first: bool, rms, ue8m0: bool):
     """(search, replacement) pairs of a fused form: normed values unused elsewhere, then used."""
+    quant = functools.partial(_quant, ue8m0=ue8m0)
+
     def search(x, residual, weight, eps):
         s = x + residual if add_first else residual + x
         q, scale = quant(rms(s, weight, eps))
@@ -148,7 +143,9 @@ def _fused_forms(add_first: bool, rms, quant, ue8m0: bool):
     return (search, replace), (search_normed, replace_normed)
 
 
-def _plain_forms(rms, quant, ue8m0: bool):
+def _plain_forms(rms, ue8m0: bool):
+    quant = functools.partial(_quant, ue8m0=ue8m0)
+
     def search(x, weight, eps):
         return quant(rms(x, weight, eps))
 
@@ -174,11 +171,11 @@ def _register(passes: List[PatternMatcherPass]) -> None:
     # that conversion); F.rms_norm's graph is the same for both.
     forms = [(_rms_functional, torch.bfloat16), (_rms_manual, torch.bfloat16), (_rms_manual, torch.float32)]
     for rms, weight_dtype in forms:
-        for ue8m0, quant in ((False, _quant), (True, _quant_ue8m0)):
+        for ue8m0 in (False, True):
             for add_first in (True, False):
-                for i, (search, replace) in enumerate(_fused_forms(add_first, rms, quant, ue8m0)):
+                for i, (search, replace) in enumerate(_fused_forms(add_first, rms, ue8m0)):
                     _add_pattern(passes[i], search, replace, _example_inputs(True, weight_dtype), True)
-            for i, (search, replace) in enumerate(_plain_forms(rms, quant, ue8m0)):
+            for i, (search, replace) in enumerate(_plain_forms(rms, ue8m0)):
                 _add_pattern(passes[2 + i], search, replace, _example_inputs(False, weight_dtype), False)
 
 
