@@ -27,8 +27,9 @@ class BlockQuantized(NamedTuple):
     """What the wrappers return.
 
     out: (..., H) float8_e4m3fn. block_scale: (..., H/128) float32, one scale per 1x128 block, in
-    the chosen layout. normed: (..., H) of input's dtype, or None with ``normed=False``.
-    ``out * block_scale`` (each scale broadcast over its 128 elements) approximates ``normed``.
+    the chosen layout (``"ue8m0_packed"``: (..., ceil(H/512)) int32, four exponents per word).
+    normed: (..., H) of input's dtype, or None with ``normed=False``. ``out * block_scale`` (each
+    scale broadcast over its 128 elements) approximates ``normed``.
     """
 
     out: Tensor
@@ -111,6 +112,20 @@ def _result(lead, out: Tensor, scale: Tensor, normed: Optional[Tensor]) -> Block
 _as_result = BlockQuantized._make  # (out, block_scale, normed) of a functional op, as is
 
 
+def _call(functional, out_op, input: Tensor, residual: Optional[Tensor], weight: Tensor, eps: float,
+          scale_layout: str, scale_format: str, normed: bool) -> BlockQuantized:
+    """Either op (residual None: rmsnorm_*) for (..., H) inputs and any options: the functional
+    overload where its outputs are what was asked for, else .out into outputs allocated here."""
+    ue8m0 = _check_options(scale_layout, scale_format)
+    lead, x = input.shape[:-1], _rows(input, "input", False)
+    ins = (x, weight) if residual is None else (x, _rows(residual, "residual", True), weight)
+    if scale_layout == "deepgemm" and scale_format != "ue8m0_packed" and normed:
+        return _result(lead, *functional(*ins, eps, ue8m0))
+    out, scale, n = _outputs(x, scale_layout, scale_format, normed)
+    out_op(*ins, eps, ue8m0, out=out, block_scale=scale, normed_out=n)
+    return _result(lead, out, scale, n)
+
+
 def fused_add_rmsnorm_fp8_block_quant(
     input: Tensor,
     residual: Tensor,
@@ -144,13 +159,7 @@ def fused_add_rmsnorm_fp8_block_quant(
     """
     if input.dim() == 2 and scale_layout == "deepgemm" and scale_format == "fp32" and normed:
         return _as_result(_FUSED(input, residual, weight, eps, False))  # the functional op as is
-    ue8m0 = _check_options(scale_layout, scale_format)
-    lead, x, r = input.shape[:-1], _rows(input, "input", False), _rows(residual, "residual", True)
-    if scale_layout == "deepgemm" and scale_format != "ue8m0_packed" and normed:
-        return _result(lead, *_FUSED(x, r, weight, eps, ue8m0))
-    out, scale, n = _outputs(x, scale_layout, scale_format, normed)
-    _FUSED_OUT(x, r, weight, eps, ue8m0, out=out, block_scale=scale, normed_out=n)
-    return _result(lead, out, scale, n)
+    return _call(_FUSED, _FUSED_OUT, input, residual, weight, eps, scale_layout, scale_format, normed)
 
 
 def rmsnorm_fp8_block_quant(
@@ -167,10 +176,4 @@ def rmsnorm_fp8_block_quant(
     :func:`fused_add_rmsnorm_fp8_block_quant`."""
     if input.dim() == 2 and scale_layout == "deepgemm" and scale_format == "fp32" and normed:
         return _as_result(_PLAIN(input, weight, eps, False))  # the functional op as is
-    ue8m0 = _check_options(scale_layout, scale_format)
-    lead, x = input.shape[:-1], _rows(input, "input", False)
-    if scale_layout == "deepgemm" and scale_format != "ue8m0_packed" and normed:
-        return _result(lead, *_PLAIN(x, weight, eps, ue8m0))
-    out, scale, n = _outputs(x, scale_layout, scale_format, normed)
-    _PLAIN_OUT(x, weight, eps, ue8m0, out=out, block_scale=scale, normed_out=n)
-    return _result(lead, out, scale, n)
+    return _call(_PLAIN, _PLAIN_OUT, input, None, weight, eps, scale_layout, scale_format, normed)
