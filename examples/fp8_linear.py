@@ -1,7 +1,7 @@
 """A block-scaled FP8 linear layer fed by torch_fp8norm: residual add + RMSNorm + 1x128 FP8
 quantization in one pass, then ``torch._scaled_mm`` with 1x128 activation scales and 128x128
 weight scales (DeepSeek-V3's recipe), on Hopper with a torch whose ``_scaled_mm`` takes blockwise
-scales (cuBLASLt, CUDA 12.9 and later).
+scales (cuBLASLt's block-scaled FP8 GEMM).
 
     python examples/fp8_linear.py        # checks one layer against float references, prints errors
 
