@@ -109,15 +109,16 @@ C10_HOST_DEVICE inline float block_scale_from_amax_bits(uint32_t amax_bits, bool
 // exponent (the scale is positive). 1e-10 / 448 rounds to 2^-42: byte 85; Inf and NaN: 0xFF.
 C10_HOST_DEVICE inline uint8_t ue8m0_byte(float scale) { return static_cast<uint8_t>(float_bits(scale) >> 23); }
 
-// The packed UE8M0 store of block `col`'s scale (of `nblocks` in the row) into the row's int32
-// words at `row_words`: byte col % 4 of word col / 4 (little-endian, so the byte at that offset);
-// the row's last block also zeroes its word's padding bytes. Each byte has one writer.
-C10_HOST_DEVICE inline void store_packed_ue8m0(float* row_words, int64_t word_stride, int64_t col, int64_t nblocks,
+// The packed UE8M0 store of block `col`'s scale, in a row of `hidden` elements, into the row's
+// int32 words at `row_words`: byte col % 4 of word col / 4 (little-endian, so the byte at that
+// offset); the row's last block also zeroes its word's padding bytes. Each byte has one writer.
+// Block indices are 32-bit (non-negative: shifts and masks, no signed-division fixups).
+C10_HOST_DEVICE inline void store_packed_ue8m0(float* row_words, int64_t word_stride, int col, int64_t hidden,
                                                float scale) {
-  uint8_t* word = reinterpret_cast<uint8_t*>(row_words + (col / 4) * word_stride);
-  word[col % 4] = ue8m0_byte(scale);
-  if (col == nblocks - 1) {
-    for (int64_t k = col % 4 + 1; k < 4; ++k) word[k] = 0;
+  uint8_t* word = reinterpret_cast<uint8_t*>(row_words + (col >> 2) * word_stride);
+  word[col & 3] = ue8m0_byte(scale);
+  if (static_cast<int64_t>(col + 1) * kBlock == hidden) {
+    for (int k = (col & 3) + 1; k < 4; ++k) word[k] = 0;
   }
 }
 

@@ -132,7 +132,7 @@ C10_ALWAYS_INLINE void row_kernel(const RowArgs& a, int64_t row) {
     for (int j = 0; j < kBlock; ++j) amax = std::max(amax, abs_bits(g[j]));
     const float scale = block_scale_from_amax_bits(amax, a.ue8m0);
     if (a.scale_packed) {
-      store_packed_ue8m0(scale_row, a.scale_stride_col, b, H / kBlock, scale);
+      store_packed_ue8m0(scale_row, a.scale_stride_col, static_cast<int>(b), H, scale);
     } else {
       scale_row[b * a.scale_stride_col] = scale;
     }

@@ -34,7 +34,7 @@ namespace cuda {
 __device__ __forceinline__ void store_row_block_scale(const RowArgs& a, const LaunchParams& s, int64_t row, int col,
                                                       float scale) {
   if (a.scale_packed) {
-    store_packed_ue8m0(a.block_scale + row * a.scale_stride_row, a.scale_stride_col, col, a.hidden / kBlock, scale);
+    store_packed_ue8m0(a.block_scale + row * a.scale_stride_row, a.scale_stride_col, col, a.hidden, scale);
     return;
   }
   float* p = a.block_scale + row * a.scale_stride_row + col * a.scale_stride_col;

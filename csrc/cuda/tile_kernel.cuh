@@ -212,7 +212,7 @@ __device__ __forceinline__ void pass2(const RowArgs& a, const LaunchParams& s, c
       store_fp8<ALIGNED, VEC, Hint::kStream>(vec_at<VEC>(sl.out, v), words);
       if (threadIdx.x % LPB != 0) continue;
       if (a.scale_packed) {
-        store_packed_ue8m0(sl.scale_row, a.scale_stride_col, v / LPB, a.hidden / kBlock, scale);
+        store_packed_ue8m0(sl.scale_row, a.scale_stride_col, v / LPB, a.hidden, scale);
         continue;
       }
       float* p = sl.scale_row + (v / LPB) * a.scale_stride_col;
