@@ -218,7 +218,9 @@ def layer_variants():
     """The layer variants of examples/fp8_linear.py, each fn(x, residual, norm_weight, w, w_q,
     w_scale, q, q_scale): the fused op + FP8 GEMM; the unfused layer (add, RMSNorm, quantization,
     FP8 GEMM) under torch.compile; the layer in bf16 under torch.compile; the FP8 GEMM alone."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+    examples = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
+    if examples not in sys.path:
+        sys.path.insert(0, examples)
     import fp8_linear as L
 
     unfused = torch.compile(L.unfused_norm_linear, dynamic=False)
@@ -467,8 +469,10 @@ def main(argv=None):
         p.error("--layer needs CUDA")
     if args.shapes:
         shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    elif args.call_cost or args.layer:
-        shapes = [(1, 7168)] if args.call_cost else LAYER_SHAPES
+    elif args.call_cost:
+        shapes = [(1, 7168)]
+    elif args.layer:
+        shapes = LAYER_SHAPES
     else:
         shapes = GRIDS[args.grid or ("small" if args.device == "cuda" else "cpu")]
     cuda = args.device == "cuda"

@@ -85,8 +85,9 @@ def contract_runs():
 
 @pytest.mark.parametrize("isa", sorted(NEEDS))
 def test_cpu_contract_under_isa(isa, contract_runs):
-    if lacking(isa):
-        pytest.skip(lacking(isa))
+    why = lacking(isa)
+    if why:
+        pytest.skip(why)
     rc, out = contract_runs[isa]
     if "this build has the baseline kernel only" in out and gcc_12_or_later() is False:
         pytest.skip(f"the extension's compiler is not GCC 12 or later: no {isa} kernel")

@@ -33,6 +33,13 @@ def packed_buffer(m, h, layout, device):
     return poison_(torch.empty(cols, stride, dtype=torch.int32, device=device)).t()[:m]
 
 
+def fp32_ue8m0(x, r0, w):
+    """The functional op's (out, float32 UE8M0 block_scale, normed) for the inputs (r0 None: rmsnorm_*)."""
+    if r0 is None:
+        return torch.ops.fp8norm.rmsnorm_fp8_block_quant(x, w, 1e-6, True)
+    return torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r0, w, 1e-6, True)
+
+
 def run(x, r, w, packed, normed=True):
     out = poison_(torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device))
     n = torch.empty_like(x) if normed else None
@@ -55,8 +62,7 @@ def test_packed_matches_the_fp32_ue8m0_scales(device, h, layout):
         before = storage_bytes(packed)
         out = run(x, r, w, packed)
         assert_only_view_written(packed, before, "block_scale")
-        want = (torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r0, w, 1e-6, True) if fused else
-                torch.ops.fp8norm.rmsnorm_fp8_block_quant(x, w, 1e-6, True))
+        want = fp32_ue8m0(x, r0, w)
         assert_fp8_equal(out, want[0], "out")
         assert torch.equal(packed.cpu(), pack_ue8m0(want[1]).cpu()), "packed block_scale"
 
@@ -86,8 +92,7 @@ def test_packed_every_cuda_kernel(i):
     before = storage_bytes(packed)
     with forced_kernel(kernel):
         out = run(x, r, w, packed, normed=i % 2 == 0)
-        want = (torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r0, w, 1e-6, True) if fused else
-                torch.ops.fp8norm.rmsnorm_fp8_block_quant(x, w, 1e-6, True))
+        want = fp32_ue8m0(x, r0, w)
     # Values compared on the CPU (tests/gpu/sanitize_cases.py runs this under compute-sanitizer).
     assert_fp8_equal(out.cpu(), want[0].cpu(), "out")
     assert torch.equal(packed.cpu(), pack_ue8m0(want[1].cpu())), "packed block_scale"

@@ -207,10 +207,11 @@ def _explicit_view_sizes(graph: torch.fx.Graph) -> None:
     for n in [*graph.find_nodes(op="call_function", target=aten.view.default),
               *graph.find_nodes(op="call_function", target=aten.reshape.default)]:
         sizes, val = n.args[1], n.meta.get("val")
-        if isinstance(sizes, (list, tuple)) and val is not None and any(isinstance(v, int) and v == -1 for v in sizes):
-            i = next(i for i, v in enumerate(sizes) if isinstance(v, int) and v == -1)
-            if isinstance(val.shape[i], int):
-                n.args = (n.args[0], [*sizes[:i], val.shape[i], *sizes[i + 1:]], *n.args[2:])
+        if not isinstance(sizes, (list, tuple)) or val is None:
+            continue
+        i = next((i for i, v in enumerate(sizes) if isinstance(v, int) and v == -1), None)
+        if i is not None and isinstance(val.shape[i], int):
+            n.args = (n.args[0], [*sizes[:i], val.shape[i], *sizes[i + 1:]], *n.args[2:])
 
 
 @functools.lru_cache(maxsize=None)
