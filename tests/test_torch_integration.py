@@ -40,7 +40,9 @@ def _layer(x, residual, weight):
 
 def _layer_out(x, weight, out, scale):
     torch.ops.fp8norm.rmsnorm_fp8_block_quant.out(x, weight, 1e-6, True, out=out, block_scale=scale)
-    return out.float() * 2  # use the mutated output inside the graph
+    # Reads a mutated output inside the graph. A matmul is an extern call on CPU too: no
+    # generated C++ kernel, whose first compile in a process (headers, ISA probes) outweighs the test.
+    return scale @ scale.t()
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -66,8 +68,9 @@ def test_compile_fullgraph_dynamic(device):
         out, s, _ = _outs(device, torch.float16, m, 256, "scaled_mm", normed=False)
         y = g(x, w, out, s)
         ref_out, ref_s, _ = torch.ops.fp8norm.rmsnorm_fp8_block_quant(x, w, 1e-6, True)
-        torch.testing.assert_close(y, ref_out.float() * 2, rtol=0, atol=0)
+        assert torch.equal(out.view(torch.uint8), ref_out.view(torch.uint8))
         torch.testing.assert_close(s, ref_s, rtol=0, atol=0)
+        torch.testing.assert_close(y, ref_s @ ref_s.t())
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
