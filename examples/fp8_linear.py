@@ -36,8 +36,17 @@ def quantize_weight(w: Tensor) -> tuple[Tensor, Tensor]:
     return q.view(n, k), scale
 
 
-def padded_rows(m: int) -> int:
-    return (m + ROW_ALIGN - 1) // ROW_ALIGN * ROW_ALIGN
+def gemm_operands(m: int, k: int, device) -> tuple[Tensor, Tensor]:
+    """The FP8 GEMM's activation operands for M rows of K: q [Mp, K] float8 and scales [Mp, K/128]
+    strided (1, Mp), Mp = M rounded up to ROW_ALIGN; the padding rows zeros with scale 1, the
+    first M rows left for the caller to write."""
+    mp = (m + ROW_ALIGN - 1) // ROW_ALIGN * ROW_ALIGN
+    q = torch.empty(mp, k, dtype=torch.uint8, device=device)  # zeroed as bytes: Inductor has no float8 fill
+    q_scale = torch.empty(k // BLOCK, mp, dtype=torch.float32, device=device).t()
+    if mp > m:
+        q[m:].zero_()
+        q_scale[m:].fill_(1.0)
+    return q.view(torch.float8_e4m3fn), q_scale
 
 
 def fp8_block_gemm(q: Tensor, q_scale: Tensor, w_q: Tensor, w_scale: Tensor, out_dtype=torch.bfloat16) -> Tensor:
@@ -48,15 +57,9 @@ def fp8_block_gemm(q: Tensor, q_scale: Tensor, w_q: Tensor, w_scale: Tensor, out
 
 def quantize_activations(x: Tensor, residual: Tensor, norm_weight: Tensor, eps: float = 1e-6) -> tuple[Tensor, Tensor]:
     """``residual += x`` and the FP8 1x128 quantization of ``rmsnorm(residual) * norm_weight``, in
-    one torch_fp8norm call written straight into the GEMM's operands: q [Mp, K] and scales
-    [Mp, K/128] strided (1, Mp), Mp = M rounded up to ROW_ALIGN (padding rows: zeros, scale 1)."""
+    one torch_fp8norm call written straight into the GEMM's operands (:func:`gemm_operands`)."""
     m, k = x.shape
-    mp = padded_rows(m)
-    q = torch.empty(mp, k, dtype=torch.float8_e4m3fn, device=x.device)
-    q_scale = torch.empty(k // BLOCK, mp, dtype=torch.float32, device=x.device).t()
-    if mp > m:
-        q[m:].view(torch.uint8).zero_()
-        q_scale[m:].fill_(1.0)
+    q, q_scale = gemm_operands(m, k, x.device)
     torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out(x, residual, norm_weight, eps, False, out=q[:m],
                                                             block_scale=q_scale[:m], normed_out=None)
     return q, q_scale
@@ -79,9 +82,7 @@ def unfused_norm_linear(x: Tensor, residual: Tensor, norm_weight: Tensor, w_q: T
     h = F.rms_norm(residual, (x.shape[-1],), norm_weight, eps)
     q, s = R.quantize_fp8_block(h, False)
     m, k = q.shape
-    mp = padded_rows(m)
-    q_pad = torch.zeros(mp, k, dtype=torch.uint8, device=x.device).view(torch.float8_e4m3fn)
-    s_pad = torch.ones(k // BLOCK, mp, dtype=torch.float32, device=x.device).t()
+    q_pad, s_pad = gemm_operands(m, k, x.device)
     q_pad[:m] = q
     s_pad[:m] = s
     return fp8_block_gemm(q_pad, s_pad, w_q, w_scale, x.dtype)[:m]
