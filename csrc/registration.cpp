@@ -106,11 +106,11 @@ launch::Kernel named_kernel(const char* op, const std::string& name) {
 // fp8norm::_launch_plan: the CUDA launch policy's plan for a problem on a device, as one line
 // (tests/test_launch_policy.py: the golden file). Pure C++: in CPU-only builds too.
 std::string launch_plan(int64_t rows, int64_t hidden, int64_t elem_size, bool residual, bool normed, bool aligned,
-                        bool weight_fp32, bool one_stride, bool scale_lines, int64_t sms, int64_t major,
+                        bool weight_fp32, bool one_stride, bool scale_lines, int64_t sms, int64_t image_arch,
                         int64_t l2_bytes, int64_t max_smem, bool pdl, const std::string& force) {
   launch::Problem p{rows, hidden, static_cast<int>(elem_size), residual, normed, aligned, weight_fp32,
                     one_stride, scale_lines};
-  launch::Device d{static_cast<int>(sms), static_cast<int>(major), l2_bytes, max_smem, pdl};
+  launch::Device d{static_cast<int>(sms), static_cast<int>(image_arch), l2_bytes, max_smem, pdl};
   TORCH_CHECK(rows > 0 && hidden > 0 && hidden % launch::kBlock == 0 && (elem_size == 2 || elem_size == 4),
               "fp8norm._launch_plan: rows > 0, H a positive multiple of 128, elem_size 2 or 4");
   std::optional<launch::Kernel> k;
@@ -148,7 +148,7 @@ TORCH_LIBRARY(fp8norm, m) {
       "Tensor(d!)? normed_out=None) -> ()");
   // Private, for the tests: the launch policy, and a kernel forced instead of its choice.
   m.def("_launch_plan(int rows, int hidden, int elem_size, bool residual, bool normed, bool aligned, "
-        "bool weight_fp32, bool one_stride, bool scale_lines, int sms, int major, int l2_bytes, int max_smem, "
+        "bool weight_fp32, bool one_stride, bool scale_lines, int sms, int image_arch, int l2_bytes, int max_smem, "
         "bool pdl, str force='') -> str",
         &launch_plan);
   m.def("_force_kernel(str name) -> ()", &force_kernel);

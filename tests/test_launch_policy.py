@@ -13,14 +13,16 @@ import torch
 import torch_fp8norm  # noqa: F401  (registers torch.ops.fp8norm)
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "launch_plans.txt"
-H200 = dict(sms=132, major=9, l2_bytes=60 << 20, max_smem=227 << 10)
-A100 = dict(sms=108, major=8, l2_bytes=40 << 20, max_smem=163 << 10)
+H200 = dict(sms=132, image_arch=90, l2_bytes=60 << 20, max_smem=227 << 10)
+A100 = dict(sms=108, image_arch=80, l2_bytes=40 << 20, max_smem=163 << 10)
+# An H200 running compute_80 PTX (a build without sm_90 code): no sm_90 feature in its plans.
+H200_PTX80 = dict(H200, image_arch=80)
 
 MS = [1, 3, 16, 128, 512, 2048, 4096, 16384]
 HS = [128, 512, 1152, 1408, 2048, 2176, 4096, 5120, 7168, 8192, 16384, 32768, 65536]
 OPS = [(True, True), (True, False), (False, True), (False, False)]  # (residual, normed)
 ARGS = ("rows", "hidden", "elem_size", "residual", "normed", "aligned", "weight_fp32", "one_stride", "scale_lines",
-        "sms", "major", "l2_bytes", "max_smem", "pdl")  # fp8norm._launch_plan's, in order
+        "sms", "image_arch", "l2_bytes", "max_smem", "pdl")  # fp8norm._launch_plan's, in order
 
 
 def problems():
@@ -34,6 +36,7 @@ def problems():
         ("h200 row-major scales", dict(base, scale_lines=False), H200),
         ("h200 no pdl", dict(base, pdl=False), H200),
         ("a100", base, A100),
+        ("h200 compute_80 image", base, H200_PTX80),
     ]
     for (label, opts, dev), m, h in itertools.product(variants, MS, HS):
         yield label, dict(rows=m, hidden=h, elem_size=2, residual=True, normed=True, **opts, **dev)
@@ -77,18 +80,23 @@ def test_plan_invariants():
         assert int(f["ctas"]) == -(-kw["rows"] // rows_per_cta) * cluster, (label, kw, plan)
         if f["kernel"].startswith("row"):
             assert kw["aligned"] and rows_per_cta == 1 and cluster == 1 and f["tiles"] == "1", (label, kw, plan)
-        if kw["major"] < 9:
+        if kw["image_arch"] < 90:
+            # No sm_90 instruction in the kernels: no cluster, PDL, L2 prefetch or eviction hint.
             assert cluster == 1 and f["pdl"] == "0" and f["prefetch_ctas"] == "0", (label, kw, plan)
+            assert f["prefetch_tiles"] == "0" and f["scale_keep_rows"] == "0", (label, kw, plan)
 
 
 def test_bad_arguments_and_forced_kernels():
     with pytest.raises(RuntimeError, match="multiple of 128"):
-        torch.ops.fp8norm._launch_plan(1, 100, 2, True, True, True, False, False, False, 132, 9, 1 << 20, 1 << 17, True)
+        torch.ops.fp8norm._launch_plan(1, 100, 2, True, True, True, False, False, False, 132, 90, 1 << 20, 1 << 17, True)
     with pytest.raises(RuntimeError, match="no kernel named"):
-        torch.ops.fp8norm._launch_plan(1, 128, 2, True, True, True, False, False, False, 132, 9, 1 << 20, 1 << 17, True,
+        torch.ops.fp8norm._launch_plan(1, 128, 2, True, True, True, False, False, False, 132, 90, 1 << 20, 1 << 17, True,
                                        "warp")
     with pytest.raises(RuntimeError, match="cannot run this call"):  # row kernels need aligned rows
-        torch.ops.fp8norm._launch_plan(1, 128, 2, True, True, False, False, False, False, 132, 9, 1 << 20, 1 << 17,
+        torch.ops.fp8norm._launch_plan(1, 128, 2, True, True, False, False, False, False, 132, 90, 1 << 20, 1 << 17,
                                        True, "row")
+    with pytest.raises(RuntimeError, match="clusters need kernels built for sm_90"):  # a compute_80 image
+        torch.ops.fp8norm._launch_plan(1, 8192, 2, True, True, True, False, False, False, 132, 80, 1 << 20, 1 << 17,
+                                       True, "cluster1")
     with pytest.raises(RuntimeError, match="no kernel named"):
         torch.ops.fp8norm._force_kernel("nope")

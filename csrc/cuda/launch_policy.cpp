@@ -45,6 +45,9 @@ struct Rules {
 };
 constexpr Rules kRules{};
 
+// Clusters, PDL and the L2 hints exist in kernels compiled for sm_90 or later (csrc/cuda/sm90.cuh).
+bool sm90_image(const Device& d) { return d.image_arch >= 90; }
+
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 int pow2_at_least(int64_t n) {
@@ -80,7 +83,7 @@ Shape shape_of(const Problem& p, const Device& d) {
 // CTAs per row: a decode-size row split over a cluster (while the grid stays one wave), or a
 // very long row split at any M.
 int cluster_size(const Problem& p, const Device& d, const Shape& s) {
-  if (d.major < 9) return 1;
+  if (!sm90_image(d)) return 1;
   int c = 1;
   if (s.nvec > kRules.split_min_vecs) {
     c = std::min(kMaxCluster, pow2_at_least(ceil_div(s.nvec, kRules.slice_vecs)));
@@ -194,7 +197,7 @@ Plan geometry(const Problem& p, const Device& d, const Shape& s, Kernel k, int c
 
 // The launch-time choices: PDL and its release point, L2 prefetch, block-scale line policy.
 void schedule(const Problem& p, const Device& d, Plan& g) {
-  g.pdl = d.major >= 9 && d.pdl;
+  g.pdl = sm90_image(d) && d.pdl;
   const int64_t per_sm = ctas_per_sm(g.kernel, int64_t{g.threads} * g.rows_per_cta, g.smem_bytes, d);
   const int64_t resident = per_sm * d.sms;
   // PDL: release the next grid at the start, unless this grid is one wave over half the CTA
@@ -205,18 +208,18 @@ void schedule(const Problem& p, const Device& d, Plan& g) {
                        16 * g.ctas < 15 * resident;
   g.release_early = !(one_wave_over_half && (per_sm > ceil_div(g.ctas, d.sms) || crowded));
   // L2 prefetch of the rows a quarter of a wave ahead, in deep grids of one CTA per row group.
-  if (d.major >= 9 && p.aligned && g.cluster == 1) {
+  if (sm90_image(d) && p.aligned && g.cluster == 1) {
     const int64_t min_waves = g.tiles > 1 ? kRules.prefetch_tiles_min_waves : kRules.prefetch_min_waves;
     if (g.ctas > min_waves * resident) {
       g.prefetch_ctas = static_cast<int>(std::max<int64_t>(1, resident * kRules.prefetch_pct / 100));
     }
   }
   // A slice's later tiles asked into L2 at the CTA's start, where every stream exceeds 1 GiB.
-  g.prefetch_tiles = d.major >= 9 && p.aligned && g.tiles > 1 && g.prefetch_ctas == 0 &&
+  g.prefetch_tiles = sm90_image(d) && p.aligned && g.tiles > 1 && g.prefetch_ctas == 0 &&
                      p.rows * p.hidden * p.elem_size > kRules.huge_stream_bytes;
   // Block-scale lines kept in L2 until full, then demoted (row kernels and four-vector tiles).
   const bool line_kernel = is_row_kernel(g.kernel) || g.kernel == Kernel::kTile4 || g.kernel == Kernel::kHalfTile4;
-  if (d.major >= 9 && p.scale_lines && line_kernel) {
+  if (sm90_image(d) && p.scale_lines && line_kernel) {
     const int64_t wave_rows = resident * g.rows_per_cta;
     const int64_t dist = round_up(std::max<int64_t>(1, kRules.demote_waves * wave_rows), 32);
     const int64_t keep = std::max<int64_t>(0, (p.rows - dist) / 32 * 32);
@@ -259,7 +262,7 @@ int vector_bytes(Kernel k) { return k == Kernel::kRowNarrow ? 8 : 16; }
 std::string check_forced(const Problem& p, const Device& d, Kernel k) {
   const Shape s = shape_of(p, d);
   if (is_cluster_kernel(k)) {
-    if (d.major < 9) return "clusters need sm_90";
+    if (!sm90_image(d)) return "clusters need kernels built for sm_90 or later";
     return s.nblocks >= 2 ? "" : "a cluster needs two 1x128 blocks or more";
   }
   if (is_half(k)) {

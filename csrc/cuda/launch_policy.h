@@ -27,10 +27,11 @@ struct Problem {
                              // column stride a multiple of 32, 128-byte aligned)
 };
 
-// What the policy needs to know of the GPU.
+// What the policy needs to know of the GPU and of the kernel image loaded on it.
 struct Device {
   int sms = 132;
-  int major = 9;                   // compute capability: clusters and PDL from 9 on
+  int image_arch = 90;             // the loaded kernels' architecture (their PTX's, e.g. 80, 90,
+                                   // 100): clusters, PDL and L2 hints from 90 on, whatever the GPU
   int64_t l2_bytes = 60 << 20;
   int64_t max_smem = 227 << 10;    // dynamic shared memory per CTA (opt-in maximum)
   bool pdl = true;                 // programmatic dependent launch wanted (FP8NORM_PDL)

@@ -33,7 +33,22 @@ bool pdl_wanted() {
   return wanted;
 }
 
-// Per-device facts, queried once per device (std::call_once: no lock after the first call).
+// An empty kernel whose image tells which of the library's images the driver loaded on a device:
+// every .cu file is compiled with one -gencode list, so the driver picks the same one for each
+// (the cubin of the device's architecture, else the newest PTX it can JIT-compile).
+__global__ void image_probe() {}
+
+// The architecture the loaded kernels were compiled for (their PTX's, e.g. 80 for a compute_80
+// PTX JIT-compiled on an sm_90 GPU), on the current device. It, not the device's compute
+// capability, says whether the kernels hold the sm_90 instructions (clusters, PDL, L2 hints).
+int image_arch() {
+  cudaFuncAttributes attr{};
+  C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, image_probe));
+  return attr.ptxVersion;
+}
+
+// Per-device facts, queried once per device (std::call_once: no lock after the first call), with
+// the device current.
 const launch::Device& device_facts(int device) {
   static std::array<launch::Device, kMaxDevices> facts;
   static std::array<std::once_flag, kMaxDevices> once;
@@ -47,7 +62,7 @@ const launch::Device& device_facts(int device) {
     };
     launch::Device& d = facts[device];
     d.sms = attribute(cudaDevAttrMultiProcessorCount);
-    d.major = attribute(cudaDevAttrComputeCapabilityMajor);
+    d.image_arch = image_arch();
     d.l2_bytes = attribute(cudaDevAttrL2CacheSize);
     d.max_smem = attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     d.pdl = pdl_wanted();
@@ -171,9 +186,17 @@ Outputs rmsnorm_fp8_block_quant_cuda(const at::Tensor& input, const at::Tensor& 
   return functional(kPlainOp, input, nullptr, weight, eps, ue8m0);
 }
 
+// fp8norm::_kernel_image_arch: image_arch() of a device (tests: what the launch policy is told).
+int64_t kernel_image_arch(int64_t device) {
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  return device_facts(static_cast<int>(device)).image_arch;
+}
+
 }  // namespace
 
 }  // namespace cuda
+
+TORCH_LIBRARY_FRAGMENT(fp8norm, m) { m.def("_kernel_image_arch(int device) -> int", &cuda::kernel_image_arch); }
 
 TORCH_LIBRARY_IMPL(fp8norm, CUDA, m) {
   m.impl("fused_add_rmsnorm_fp8_block_quant", &cuda::fused_add_rmsnorm_fp8_block_quant_cuda);

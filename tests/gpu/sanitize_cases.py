@@ -12,7 +12,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import fp8norm_testing  # noqa: E402
-from fp8norm_testing import LAYOUTS, Case, check_case, forced_kernel  # noqa: E402
+from fp8norm_testing import LAYOUTS, Case, check_case, forced_kernel, kernel_runs_here  # noqa: E402
 from test_kernels import kernel_cases  # noqa: E402
 from test_ue8m0_packed import KERNEL_CASES, test_packed_every_cuda_kernel  # noqa: E402
 
@@ -40,6 +40,8 @@ def main(groups=GROUPS):
     if "kernels" in groups:
         for param in kernel_cases():
             kernel, case = param.values
+            if not kernel_runs_here(kernel):
+                continue
             with forced_kernel(kernel):
                 check_case(case)
             n += 1
@@ -49,6 +51,8 @@ def main(groups=GROUPS):
             n += 1
     if "packed" in groups:
         for i in range(len(KERNEL_CASES)):
+            if not kernel_runs_here(KERNEL_CASES[i][0]):
+                continue
             test_packed_every_cuda_kernel(i)
             n += 1
     torch.cuda.synchronize()
