@@ -1,10 +1,10 @@
 """Build torch_fp8norm: a CUDA extension when torch has CUDA and nvcc is found, else CPU only.
 
 No GPU is needed at build time. Environment:
-  TORCH_CUDA_ARCH_LIST  GPU targets, as for any torch extension (default here: "9.0a"). Unless
-                        it already names a +PTX target, "8.0+PTX" is added (sm_80 code and
-                        compute_80 PTX), so the library loads on any GPU of compute capability
-                        >= 8.0.
+  TORCH_CUDA_ARCH_LIST  GPU targets, as for any torch extension. Default (DEFAULT_ARCHS): a cubin
+                        for each current architecture and the PTX of the newest, so the library
+                        runs on every NVIDIA GPU from compute capability 8.0. A shorter list builds
+                        faster, e.g. "9.0" for H100 / H200 alone.
   FP8NORM_CPU_ONLY=1    build without CUDA even when it is available.
   CUDA_HOME             the CUDA toolkit; when unset, the folder nvcc itself reports is used.
 """
@@ -38,16 +38,18 @@ if "CUDA_HOME" not in os.environ and "CUDA_PATH" not in os.environ:
     _home = _nvcc_toolkit()
     if _home:
         os.environ["CUDA_HOME"] = _home
-# sm_90a for H100/H200 unless told otherwise; always a portable target (sm_80 code + compute_80
-# PTX) so that the library loads on any GPU of compute capability >= 8.0.
-_arch = os.environ.get("TORCH_CUDA_ARCH_LIST", "9.0a")
-if "+PTX" not in _arch:
-    _arch += ";8.0+PTX"
-os.environ["TORCH_CUDA_ARCH_LIST"] = _arch
+# Cubins for sm_80 (A100; they also run on sm_86 / sm_89: A10, L4, L40S, RTX 30 / 40), sm_90
+# (H100, H200), sm_100 (B200, GB200; also B300's sm_103) and sm_120 (RTX 50, RTX PRO 6000), and
+# compute_120 PTX for later GPUs. No arch-specific ("a") target: the kernels use no instruction
+# that needs one (docs/design.md). The sm_90 features (clusters, PDL, L2 hints) are compiled into
+# the sm_90+ images only; the launch policy asks the loaded image, not the GPU (csrc/cuda/ops.cu).
+DEFAULT_ARCHS = "8.0;9.0;10.0;12.0+PTX"
+_arch = os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCHS)
 
 import torch  # noqa: E402
 from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension  # noqa: E402
 
+_torch_release = torch.__version__.split("+")[0]  # "2.14.1" of "2.14.1+cu130"
 here = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(here, "torch_fp8norm", "__init__.py")) as f:
     version = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
@@ -74,7 +76,8 @@ if use_cuda:
     ext_cls = CUDAExtension
     sources += sorted(glob.glob(os.path.join("csrc", "cuda", "*.cu")))
     # No fast-math: the contract fixes results bit for bit (correctly rounded division).
-    extra["nvcc"] = ["-O3", "-lineinfo"]
+    # --compress-mode=size: the smallest fatbin (each image is decompressed once, when loaded).
+    extra["nvcc"] = ["-O3", "-lineinfo", "--compress-mode=size"]
 
 setup(
     name="torch_fp8norm",
@@ -85,7 +88,9 @@ setup(
     ext_modules=[ext_cls("torch_fp8norm._C", sources, extra_compile_args=extra, extra_link_args=["-fopenmp"],
                          py_limited_api=True)],
     cmdclass={"build_ext": BuildExtension},
-    options={"bdist_wheel": {"py_limited_api": "cp39"}},
-    python_requires=">=3.9",
-    install_requires=["torch"],
+    # Python's limited API of 3.10 (torch's BuildExtension compiles for it): one wheel for 3.10+.
+    options={"bdist_wheel": {"py_limited_api": "cp310"}},
+    python_requires=">=3.10",
+    # The library links against this torch's C++ ABI: it loads with this release only.
+    install_requires=[f"torch=={_torch_release}"],
 )

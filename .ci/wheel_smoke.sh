@@ -1,15 +1,54 @@
 #!/usr/bin/env bash
-# Packaging check, run by .ci/run in its venv: `python -m build --wheel --no-isolation` (CPU
-# kernels only, to keep CI short: the same setup.py adds the CUDA kernels when nvcc is there),
-# installed with torch into a fresh venv, imported and called from another folder.
+# Packaging check, run by .ci/run in its venv: the default wheel (`python -m build --wheel
+# --no-isolation`, every GPU architecture when nvcc is there), its tags, metadata, size and
+# kernel images (cuobjdump), then installed with torch into a fresh venv, imported and called
+# from another folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
-python -m pip install -q build
-FP8NORM_CPU_ONLY=1 python -m build --wheel --no-isolation --outdir "$work/dist" > "$work/build.log" 2>&1 || { tail -40 "$work/build.log"; exit 1; }
+echo "building the default wheel (all GPU architectures when CUDA is built)"
+(unset TORCH_CUDA_ARCH_LIST; time python -m build --wheel --no-isolation --outdir "$work/dist" > "$work/build.log" 2>&1) \
+  || { tail -40 "$work/build.log"; exit 1; }
+wheel=$(ls "$work"/dist/*.whl)
+cuda=$(python -c "import torch_fp8norm; print(int(torch_fp8norm.has_cuda_kernels()))")  # the editable build's
+cuobjdump=""
+if [ "$cuda" = 1 ]; then
+  cuobjdump=$(command -v cuobjdump || ls "${CUDA_HOME:-/nonexistent}/bin/cuobjdump" 2>/dev/null || true)
+  if [ -z "$cuobjdump" ]; then
+    python -m pip install -q nvidia-cuda-cuobjdump
+    cuobjdump=$(python -c "import glob, sysconfig; print(glob.glob(sysconfig.get_paths()['purelib'] + '/nvidia/*/bin/cuobjdump')[0])")
+  fi
+fi
+python - "$wheel" "$cuobjdump" <<'PY'
+import email, os, re, subprocess, sys, tempfile, zipfile
+
+import torch
+
+wheel, cuobjdump = sys.argv[1], sys.argv[2]
+name = os.path.basename(wheel)
+size = os.path.getsize(wheel)
+print(f"{name}: {size / 1e6:.1f} MB")
+assert "-cp310-abi3-" in name, name
+assert size <= 50e6, f"the wheel is {size / 1e6:.1f} MB, over 50 MB"
+with zipfile.ZipFile(wheel) as z:
+    meta = email.message_from_bytes(z.read(next(n for n in z.namelist() if n.endswith("METADATA"))))
+    so = next(n for n in z.namelist() if n.endswith(".so"))
+    assert meta["Requires-Python"] == ">=3.10", meta["Requires-Python"]
+    assert meta.get_all("Requires-Dist") == [f"torch=={torch.__version__.split('+')[0]}"], meta.get_all("Requires-Dist")
+    if cuobjdump:
+        path = z.extract(so, tempfile.mkdtemp())
+        listing = subprocess.run([cuobjdump, "--list-elf", "--list-ptx", path], capture_output=True, text=True,
+                                 check=True).stdout
+        images = {}
+        for unit, arch, kind in re.findall(r"(\w+)\.(sm_\d+a?)\.(cubin|ptx)", listing):
+            images.setdefault(unit, set()).add(f"{arch}.{kind}")
+        want = {"sm_80.cubin", "sm_90.cubin", "sm_100.cubin", "sm_120.cubin", "sm_120.ptx"}
+        assert images and all(v == want for v in images.values()), images
+        print(f"kernel images of {sorted(images)}: {sorted(want)}")
+PY
 python3 -m venv "$work/venv"
 torch_version=$(python -c "import torch; print(torch.__version__.split('+')[0])")  # the CI venv's
-"$work/venv/bin/python" -m pip install -q "torch==$torch_version" "$work"/dist/*.whl
+"$work/venv/bin/python" -m pip install -q "torch==$torch_version" "$wheel"
 cd "$work"
 "$work/venv/bin/python" - <<'PY'
 import importlib.metadata as md
@@ -19,7 +58,6 @@ import torch_fp8norm
 from torch_fp8norm import reference
 
 assert md.version("torch_fp8norm") == torch_fp8norm.__version__
-assert any(r.split()[0].startswith("torch") for r in md.requires("torch_fp8norm")), md.requires("torch_fp8norm")
 assert "site-packages" in torch_fp8norm.__file__, torch_fp8norm.__file__
 x = torch.randn(3, 256, dtype=torch.bfloat16)
 r = torch.randn_like(x)
@@ -32,6 +70,7 @@ assert torch.equal(r, r_ref) and torch.equal(got.block_scale, s)
 assert torch.equal(got.out.view(torch.uint8), q.view(torch.uint8))
 norm = torch_fp8norm.FusedAddRMSNormFP8.from_rmsnorm(torch.nn.RMSNorm(256))
 assert norm(x).out.shape == (3, 256)
-print("wheel smoke test passed: torch_fp8norm", torch_fp8norm.__version__, "from", torch_fp8norm.__file__)
+print("wheel smoke test passed: torch_fp8norm", torch_fp8norm.__version__, "from", torch_fp8norm.__file__,
+      "| CUDA kernels:", torch_fp8norm.has_cuda_kernels())
 PY
 rm -rf "$work"

@@ -123,9 +123,17 @@ __device__ __forceinline__ void quantize_four(const RowArgs& a, const LaunchPara
   if (valid && tx % kOwners == 0) store_row_block_scale(a, s, row, (tx + kept_j * stride) / LPB, scale);
 }
 
+// Two CTAs of 1024 threads per SM (the one-vector register budget) where an SM holds 2048
+// threads; sm_120 holds 1536, so there the bound asks for one.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+constexpr int kRowMinCtasHere = 1;
+#else
+constexpr int kRowMinCtasHere = launch::kRowMinCtas;
+#endif
+
 template <typename T, typename W, bool HAS_RES, int VPT, int VB, bool FULL, bool ONE_STRIDE>
 __global__ void __launch_bounds__(VPT == 1 ? launch::kRowMaxThreads : launch::kRowFourMaxThreads,
-                                  VPT == 1 ? launch::kRowMinCtas : launch::kRowFourMinCtas)
+                                  VPT == 1 ? kRowMinCtasHere : launch::kRowFourMinCtas)
     row_kernel(const RowArgs a, const LaunchParams s) {
   static_assert(VPT == 1 || VPT == 4, "one or four vectors per thread");
   static_assert(VB == 16 || (VB == 8 && sizeof(T) == 2 && VPT == 1 && FULL), "8-byte vectors: 2-byte rows of whole warps");
