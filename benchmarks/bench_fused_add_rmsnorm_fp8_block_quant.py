@@ -40,6 +40,7 @@ from torch_fp8norm import reference as R
 EPS = 1e-6
 MAX_SETS = 20000          # most buffer sets (calls per CUDA graph) in cold-L2 mode
 L2_FALLBACK = 64 << 20    # when the device does not report its L2 size
+SPREAD_LIMIT = 1.5        # slowest / fastest timed sample of a shape above which it is flagged
 SLEEP_CYCLES = 1 << 21    # GPU spin before each timed sample, so the host has queued the replays
 OP_NAMES = {True: "fused_add_rmsnorm_fp8_block_quant", False: "rmsnorm_fp8_block_quant"}
 
@@ -285,16 +286,16 @@ def call_cost(m, h, args):
                 spread={k: v[1] for k, v in timed.items()})
 
 
-def unreliable(spread: float | None = None, where: str = "") -> str | None:
-    """A warning when the host looks loaded (no spread given: the 1-minute load average exceeds
-    the CPUs this process may use) or when a shape's samples spread over 1.5x (slowest / fastest);
-    else None."""
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if (load <= ncpu) if spread is None else (spread <= 1.5):
+def unreliable(records) -> str | None:
+    """One warning naming the shapes whose timed samples spread over 1.5x (slowest / fastest):
+    something else used the machine while they ran, so their medians may be off. None when every
+    shape's samples agree: then the reading stands, whatever the load."""
+    worst = [(r, max(r["spread"], key=r["spread"].get)) for r in records]
+    bad = [f"{r['M']}x{r['H']} {k} {r['spread'][k]:.2f}x" for r, k in worst if r["spread"][k] > SPREAD_LIMIT]
+    if not bad:
         return None
-    spread_text = "-" if spread is None else f"{spread:.2f}"
-    return f"WARNING: timings unreliable (load average {load:.1f} on {ncpu} cores / spread {spread_text}{where})"
+    return (f"WARNING: the timed samples of {len(bad)} of {len(records)} shapes spread over {SPREAD_LIMIT}x "
+            f"(slowest / fastest), so their medians may be off; rerun those on an idle machine: {', '.join(bad)}")
 
 
 HOW = {
@@ -414,8 +415,6 @@ def measure(shapes, args, l2, meta):
             compiled_ref = torch.compile(_reference, dynamic=False)
         rec = bench_shape(m, h, args, l2, compiled_ref)
         meta["records"].append(rec)
-        worst = max(rec["spread"], key=rec["spread"].get)
-        meta["warnings"].append(unreliable(rec["spread"][worst], f" at {m}x{h}, {worst}"))
         if args.device == "cuda":
             torch.cuda.empty_cache()
 
@@ -485,24 +484,19 @@ def main(argv=None):
                 mode=("call-cost" if args.call_cost else "layer" if args.layer else "cold-l2" if args.cold else
                       "hot" if cuda else "cpu"),
                 warnings=[], skipped=[], records=[])
-    if args.call_cost or not cuda:  # host time is measured
-        meta["warnings"].append(unreliable())
     if args.call_cost:
         args.calls, args.replays = args.calls or 2000, args.replays or 5
         meta.update(calls=args.calls, replays=args.replays)
         meta["records"] = [call_cost(m, h, args) for m, h in shapes]
-        meta["warnings"] += [unreliable(max(r["spread"].values()), f" at {r['M']}x{r['H']}") for r in meta["records"]]
     else:
         args.calls = args.calls or (20 if cuda else None)
         args.replays = args.replays or (15 if cuda else 5)
         meta.update(calls=args.calls, replays=args.replays)
         if args.layer:
             meta["records"] = [bench_layer(m, h, args, l2) for m, h in shapes]
-            meta["warnings"] += [unreliable(max(r["spread"].values()), f" at {r['M']}x{r['H']}")
-                                 for r in meta["records"]]
         else:
             measure(shapes, args, l2, meta)
-    meta["warnings"] = [w for w in meta["warnings"] if w]
+    meta["warnings"] = [w for w in meta["warnings"] + [unreliable(meta["records"])] if w]
     report(meta, args.plot)
     if args.json:
         with open(args.json, "w") as f:

@@ -51,6 +51,26 @@ def test_wrapper_option_errors(device):
         torch_fp8norm.rmsnorm_fp8_block_quant(x, w, scale_format="e8m0")
     with pytest.raises(TypeError):
         torch_fp8norm.rmsnorm_fp8_block_quant(x, w, 1e-6, True)  # options are keyword-only
+    # Shapes must match as given, not only as the [M, H] views the ops see; nothing is written.
+    r0 = r.clone()
+    for options in ({}, dict(normed=False)):
+        with pytest.raises(ValueError, match="residual must have input's shape"):
+            torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x.view(1, 2, H), r, w, **options)
+        with pytest.raises(ValueError, match="residual must have input's shape"):
+            torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x.view(2, 1, H), r.view(1, 2, H), w, **options)
+    with pytest.raises(RuntimeError, match="residual must be 2-D"):  # 2-D, default options: the op's check
+        torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r.view(2, 1, H), w)
+    assert torch.equal(r, r0)
+
+
+def test_documented():
+    # The raw ops and each overload carry a docstring; the result type's fields show their types.
+    import pydoc
+    for packet in (torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant, torch.ops.fp8norm.rmsnorm_fp8_block_quant):
+        assert "one memory pass" in packet.__doc__
+        assert packet.out.__doc__.startswith("fp8norm::") and "one memory pass" in packet.default.__doc__
+    text = pydoc.render_doc(BlockQuantized)
+    assert "ForwardRef" not in text and "out: torch.Tensor" in text
 
 
 class _HFStyleRMSNorm(nn.Module):  # the attributes of Hugging Face's LlamaRMSNorm
@@ -89,8 +109,19 @@ def test_module_options_and_errors():
     assert torch.equal(no_affine.weight, torch.ones(256))
     with pytest.raises(ValueError, match="only one dimension"):
         FusedAddRMSNormFP8.from_rmsnorm(nn.RMSNorm((2, 256)))
+    # Norms that are not RMS norms are refused, not silently changed into one.
+    for norm in (nn.LayerNorm(256), nn.LayerNorm(256, bias=False), nn.LayerNorm(256, elementwise_affine=False),
+                 nn.GroupNorm(1, 256), nn.BatchNorm1d(256), nn.InstanceNorm1d(256, affine=True)):
+        with pytest.raises(ValueError, match="subtracts the mean"):
+            FusedAddRMSNormFP8.from_rmsnorm(norm)
+    biased = _HFStyleRMSNorm(256, 1e-6)
+    biased.bias = nn.Parameter(torch.zeros(256))
+    with pytest.raises(ValueError, match="has a bias"):
+        FusedAddRMSNormFP8.from_rmsnorm(biased)
+    no_weight = nn.Module()
+    no_weight.eps = 1e-6
     with pytest.raises(ValueError, match="no weight"):
-        FusedAddRMSNormFP8.from_rmsnorm(nn.LayerNorm(256, elementwise_affine=False))
+        FusedAddRMSNormFP8.from_rmsnorm(no_weight)
     with pytest.raises(ValueError, match="multiple of 128"):
         FusedAddRMSNormFP8(200)
     with pytest.raises(ValueError, match="scale_format"):

@@ -9,6 +9,10 @@ from torch import nn
 from .ops import BlockQuantized, _check_options, fused_add_rmsnorm_fp8_block_quant, rmsnorm_fp8_block_quant
 
 
+# Torch's norms that subtract a mean (nn.modules.batchnorm._NormBase: the batch and instance norms).
+_MEAN_SUBTRACTING = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._NormBase)
+
+
 class FusedAddRMSNormFP8(nn.Module):
     """``forward(x, residual=None)``: with a residual, ``residual += x`` (in place) and the
     RMSNorm of the new residual; without, the RMSNorm of x; either way times ``weight`` and
@@ -36,13 +40,21 @@ class FusedAddRMSNormFP8(nn.Module):
     @classmethod
     def from_rmsnorm(cls, norm: nn.Module, **options) -> "FusedAddRMSNormFP8":
         """The module for an RMSNorm: ``torch.nn.RMSNorm`` (one normalized dimension) or any
-        module with a ``weight`` of shape (H,) and an ``eps`` or ``variance_epsilon`` attribute
-        (e.g. Hugging Face's ``LlamaRMSNorm``). The weight is shared, not copied. ``options``:
-        scale_layout, scale_format, normed.
+        module with a ``weight`` of shape (H,), an ``eps`` or ``variance_epsilon`` attribute and no
+        bias that computes ``x * rsqrt(mean(x**2) + eps) * weight`` (e.g. Hugging Face's
+        ``LlamaRMSNorm``; not Gemma's, which multiplies by ``1 + weight``). The weight is shared, not
+        copied. ``options``: scale_layout, scale_format, normed.
+
+        Norms that subtract the mean (``LayerNorm``, ``GroupNorm``, batch and instance norms) or
+        add a bias raise ValueError: this module would silently drop that part.
 
         The result follows this package's contract, which may round differently from `norm`'s own
         forward (e.g. ``LlamaRMSNorm`` rounds to the input dtype before multiplying by the weight;
         see the README's numerical contract)."""
+        if isinstance(norm, _MEAN_SUBTRACTING):
+            raise ValueError(f"{type(norm).__name__} subtracts the mean; only RMS norms (no mean subtraction) are supported")
+        if getattr(norm, "bias", None) is not None:
+            raise ValueError(f"{type(norm).__name__} has a bias; only RMS norms without one are supported")
         if isinstance(norm, nn.RMSNorm) and len(norm.normalized_shape) != 1:
             raise ValueError(f"norm normalizes over {tuple(norm.normalized_shape)}; only one dimension (H,) is supported")
         weight = getattr(norm, "weight", None)

@@ -4,8 +4,6 @@ The wrappers accept inputs of shape (..., H) and view them as [M, H]; the ops th
 2-D tensors. They choose the block-scale layout and format and whether ``normed`` is written, and
 return a :class:`BlockQuantized`. See the README for the full contract.
 """
-from __future__ import annotations
-
 from typing import NamedTuple, Optional, Tuple
 
 import torch
@@ -17,6 +15,37 @@ _FUSED = torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.default
 _FUSED_OUT = torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out
 _PLAIN = torch.ops.fp8norm.rmsnorm_fp8_block_quant.default
 _PLAIN_OUT = torch.ops.fp8norm.rmsnorm_fp8_block_quant.out
+
+_FUSED_DOC = """``residual += input`` (in place, rounded to input's dtype), ``normed = rmsnorm(residual) * weight``,
+``(out, block_scale) = fp8_quant_1x128(normed)``, in one memory pass. For inference: no backward.
+
+input, residual: [M, H] float16, bfloat16 or float32, H a positive multiple of 128; weight: [H],
+input's dtype or float32. out: [M, H] float8_e4m3fn; block_scale: [M, H/128] float32 (amax / 448,
+with scale_ue8m0 rounded up to a power of two); normed_out: [M, H] of input's dtype.
+
+The default overload returns (out, block_scale, normed_out), block_scale with strides
+(1, round_up(M, 4)). The .out overload writes its keyword arguments instead: any non-overlapping
+block_scale strides, an int32 [M, ceil(H/512)] block_scale of packed UE8M0 exponents with
+scale_ue8m0, normed_out=None to skip the normed values. Contract and layouts: the README;
+the executable specification: torch_fp8norm.reference. torch_fp8norm.fused_add_rmsnorm_fp8_block_quant
+is the documented Python function over both overloads."""
+
+_PLAIN_DOC = """``normed = rmsnorm(input) * weight``, ``(out, block_scale) = fp8_quant_1x128(normed)``,
+in one memory pass (a model's first layer: no residual). Arguments, outputs and overloads as for
+torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant; torch_fp8norm.rmsnorm_fp8_block_quant is the
+documented Python function over both overloads."""
+
+
+def _document(packet, doc: str) -> None:
+    """Gives the op (an OpOverloadPacket, cached by torch.ops) and each overload a docstring."""
+    packet.__doc__ = doc
+    for name in packet.overloads():
+        overload = getattr(packet, name)
+        overload.__doc__ = f"{overload._schema}\n\n{doc}"
+
+
+_document(torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant, _FUSED_DOC)
+_document(torch.ops.fp8norm.rmsnorm_fp8_block_quant, _PLAIN_DOC)
 
 BLOCK = 128
 SCALE_LAYOUTS = ("deepgemm", "scaled_mm", "row")
@@ -117,6 +146,8 @@ def _call(functional, out_op, input: Tensor, residual: Optional[Tensor], weight:
     """Either op (residual None: rmsnorm_*) for (..., H) inputs and any options: the functional
     overload where its outputs are what was asked for, else .out into outputs allocated here."""
     ue8m0 = _check_options(scale_layout, scale_format)
+    if residual is not None and residual.shape != input.shape:  # the ops see only the [M, H] views
+        raise ValueError(f"residual must have input's shape {tuple(input.shape)}, got {tuple(residual.shape)}")
     lead, x = input.shape[:-1], _rows(input, "input", False)
     ins = (x, weight) if residual is None else (x, _rows(residual, "residual", True), weight)
     if scale_layout == "deepgemm" and scale_format != "ue8m0_packed" and normed:

@@ -5,6 +5,7 @@
 #include <c10/util/irange.h>
 
 #include <algorithm>
+#include <utility>
 #include <array>
 
 #include "numerics.h"
@@ -158,7 +159,7 @@ bool overlaps_itself(const at::Tensor& t) {
   for (const auto d : c10::irange(t.dim())) {
     if (t.size(d) > 1) dims.at(n++) = {t.stride(d), t.size(d)};
   }
-  std::sort(dims.begin(), dims.begin() + n);
+  if (n == 2 && dims[1] < dims[0]) std::swap(dims[0], dims[1]);  // by stride, then size
   int64_t span = 1;  // elements covered by the inner dims so far
   for (size_t i = 0; i < n; ++i) {
     const auto& [stride, size] = dims[i];
