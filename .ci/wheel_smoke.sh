@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Packaging check, run by .ci/run in its venv: the default wheel (`python -m build --wheel
-# --no-isolation`, every GPU architecture when nvcc is there), its tags, metadata, size and
-# kernel images (cuobjdump), then installed with torch into a fresh venv, imported and called
-# from another folder.
+# Packaging check, run by .ci/run in its venv: `python -m build --no-isolation` (an sdist, then the
+# default wheel built from it: every GPU architecture when nvcc is there), the wheel's tags,
+# metadata, size and kernel images (cuobjdump), then installed with torch into a fresh venv,
+# imported and called from another folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
-echo "building the default wheel (all GPU architectures when CUDA is built)"
-(unset TORCH_CUDA_ARCH_LIST; time python -m build --wheel --no-isolation --outdir "$work/dist" > "$work/build.log" 2>&1) \
+echo "building the sdist, then the default wheel from it (all GPU architectures when CUDA is built)"
+(unset TORCH_CUDA_ARCH_LIST; time python -m build --no-isolation --outdir "$work/dist" > "$work/build.log" 2>&1) \
   || { tail -40 "$work/build.log"; exit 1; }
+ls "$work"/dist/*.tar.gz
 wheel=$(ls "$work"/dist/*.whl)
 cuda=$(python -c "import torch_fp8norm; print(int(torch_fp8norm.has_cuda_kernels()))")  # the editable build's
 cuobjdump=""
