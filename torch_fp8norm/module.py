@@ -53,7 +53,7 @@ class FusedAddRMSNormFP8(nn.Module):
         see the README's numerical contract)."""
         if isinstance(norm, _MEAN_SUBTRACTING):
             raise ValueError(f"{type(norm).__name__} subtracts the mean; only RMS norms (no mean subtraction) are supported")
-        if getattr(norm, "bias", None) is not None:
+        if isinstance(getattr(norm, "bias", None), torch.Tensor):
             raise ValueError(f"{type(norm).__name__} has a bias; only RMS norms without one are supported")
         if isinstance(norm, nn.RMSNorm) and len(norm.normalized_shape) != 1:
             raise ValueError(f"norm normalizes over {tuple(norm.normalized_shape)}; only one dimension (H,) is supported")

@@ -5,8 +5,8 @@
 #include <c10/util/irange.h>
 
 #include <algorithm>
-#include <utility>
 #include <array>
+#include <utility>
 
 #include "numerics.h"
 
