@@ -43,7 +43,10 @@ with zipfile.ZipFile(wheel) as z:
         images = {}
         for unit, arch, kind in re.findall(r"(\w+)\.(sm_\d+a?)\.(cubin|ptx)", listing):
             images.setdefault(unit, set()).add(f"{arch}.{kind}")
-        want = {"sm_80.cubin", "sm_90.cubin", "sm_100.cubin", "sm_120.cubin", "sm_120.ptx"}
+        # setup.py's DEFAULT_ARCHS, e.g. "8.0;9.0;12.0+PTX": a cubin each, and the +PTX one's PTX.
+        archs = re.search(r'^DEFAULT_ARCHS = "([^"]+)"', open("setup.py").read(), re.M).group(1).split(";")
+        sm = lambda a: "sm_" + a.split("+")[0].replace(".", "")
+        want = {sm(a) + ".cubin" for a in archs} | {sm(a) + ".ptx" for a in archs if a.endswith("+PTX")}
         assert images and all(v == want for v in images.values()), images
         print(f"kernel images of {sorted(images)}: {sorted(want)}")
 PY
