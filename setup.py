@@ -1,4 +1,6 @@
-"""Build torch_fp8norm: a CUDA extension when torch has CUDA and nvcc is found, else CPU only.
+"""Build torch_fp8norm: the CPU library (torch_fp8norm._C: every op, the CPU kernels) and, when torch
+has CUDA and nvcc is found, the CUDA library (torch_fp8norm._C_cu<CUDA major>). Both use LibTorch's
+stable ABI only: one build serves torch 2.10 and every later release (of that CUDA major version).
 
 No GPU is needed at build time. Environment:
   TORCH_CUDA_ARCH_LIST  GPU targets, as for any torch extension. Default (DEFAULT_ARCHS): a cubin
@@ -49,10 +51,16 @@ _arch = os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCHS)
 import torch  # noqa: E402
 from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension  # noqa: E402
 
-_torch_release = torch.__version__.split("+")[0]  # "2.14.1" of "2.14.1+cu130"
+# LibTorch's stable ABI, targeting torch 2.10: the headers expose only what 2.10 has, so the
+# libraries load on torch 2.10 and every later release (docs/design.md, "Layout").
+TORCH_MIN = "2.10"
+TARGET = ["-DTORCH_TARGET_VERSION=0x020A000000000000", "-DPy_LIMITED_API=0x030A0000"]
+
 here = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(here, "torch_fp8norm", "__init__.py")) as f:
     version = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
+with open(os.path.join(here, "README.md"), encoding="utf-8") as f:
+    long_description = f.read()
 use_cuda = (
     os.environ.get("FP8NORM_CPU_ONLY", "0") != "1"
     and torch.version.cuda is not None
@@ -60,37 +68,62 @@ use_cuda = (
     and os.path.exists(os.path.join(CUDA_HOME, "bin", "nvcc"))
 )
 
-# csrc/cuda/*.cpp is the launch policy, pure C++: in every build (its tests run on CPU).
-sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")) + glob.glob(os.path.join("csrc", "common", "*.cpp"))
-                 + glob.glob(os.path.join("csrc", "cpu", "*.cpp")) + glob.glob(os.path.join("csrc", "cuda", "*.cpp")))
-# -fopenmp: at::parallel_for is inline; without it the CPU kernel runs on one thread.
+
+def sources(*patterns):
+    return sorted(f for p in patterns for f in glob.glob(p))
+
+
+# Compiled into both libraries: validation (csrc/common) and the launch policy, pure C++ (its
+# golden tests run on CPU through the CPU library's _launch_plan).
+shared = sources("csrc/common/*.cpp", "csrc/cuda/*.cpp")
+# -fvisibility=hidden: each library keeps its own copy of those (and of torch's header-only
+# code) to itself; only PyInit_* is exported.
 # -fno-trapping-math: lets GCC compute both sides of a select (the CPU kernel's branch-free fp8
 # conversion) and vectorize; it changes no result (no reassociation, no fast-math).
 # -ffp-contract=off: no a * b + c fused into one FMA (GCC's default for C++ allows it), which
 # would change results in the CPU kernel's AVX2 / AVX-512 builds (csrc/cpu).
-extra = {"cxx": ["-O3", "-fopenmp", "-fno-trapping-math", "-ffp-contract=off"]}
-ext_cls = CppExtension
+cxx = ["-O3", "-fno-trapping-math", "-ffp-contract=off", "-fvisibility=hidden", *TARGET]
+ext_modules = [
+    # The CPU library: every schema, the CPU kernels. Needs libtorch_cpu only (the C shim).
+    CppExtension("torch_fp8norm._C", sources("csrc/registration.cpp", "csrc/cpu/*.cpp") + shared,
+                 extra_compile_args={"cxx": cxx}, py_limited_api=True, libraries=[]),
+]
 if use_cuda:
-    print(f"torch_fp8norm: building the CUDA kernels too (nvcc in {CUDA_HOME}, TORCH_CUDA_ARCH_LIST={_arch}): "
-          "this takes minutes; FP8NORM_CPU_ONLY=1 builds the CPU kernels only", flush=True)
-    ext_cls = CUDAExtension
-    sources += sorted(glob.glob(os.path.join("csrc", "cuda", "*.cu")))
+    # The CUDA library, named for the CUDA major version of this torch (and of nvcc: BuildExtension
+    # refuses a mismatch), whose runtime it links: torch_fp8norm/__init__.py loads _C_cu<major>
+    # only beside a torch of that CUDA major version. libtorch_cuda for the current stream.
     # No fast-math: the contract fixes results bit for bit (correctly rounded division).
     # --compress-mode=size: the smallest fatbin (each image is decompressed once, when loaded).
-    extra["nvcc"] = ["-O3", "-lineinfo", "--compress-mode=size"]
+    module = f"_C_cu{torch.version.cuda.split('.')[0]}"
+    nvcc = ["-O3", "-lineinfo", "--compress-mode=size", "-DUSE_CUDA", "-Xcompiler=-fvisibility=hidden",
+            f"-DFP8NORM_CUDA_MODULE={module}", *TARGET]
+    ext_modules.append(CUDAExtension(f"torch_fp8norm.{module}", sources("csrc/cuda/*.cu") + shared,
+                                     extra_compile_args={"cxx": cxx, "nvcc": nvcc}, py_limited_api=True))
+# Link what the code calls and nothing else (CppExtension / CUDAExtension add libc10, libtorch, ...).
+for ext, libs in zip(ext_modules, (["torch_cpu"], ["torch_cpu", "torch_cuda", "cudart"])):
+    ext.libraries = libs
+
+
+class build_ext(BuildExtension):
+    def build_extensions(self):
+        if use_cuda:
+            print(f"torch_fp8norm: building the CUDA kernels too (nvcc in {CUDA_HOME}, TORCH_CUDA_ARCH_LIST={_arch}): "
+                  "this takes minutes; FP8NORM_CPU_ONLY=1 builds the CPU kernels only", flush=True)
+        super().build_extensions()
+
 
 setup(
     name="torch_fp8norm",
     version=version,
     description="Fused residual-add + RMSNorm + FP8 1x128 block quantization as PyTorch custom ops",
+    long_description=long_description,
+    long_description_content_type="text/markdown",
     license="Apache-2.0",
     packages=find_packages(include=["torch_fp8norm", "torch_fp8norm.*"]),
-    ext_modules=[ext_cls("torch_fp8norm._C", sources, extra_compile_args=extra, extra_link_args=["-fopenmp"],
-                         py_limited_api=True)],
-    cmdclass={"build_ext": BuildExtension},
-    # Python's limited API of 3.10 (torch's BuildExtension compiles for it): one wheel for 3.10+.
+    ext_modules=ext_modules,
+    cmdclass={"build_ext": build_ext},
+    # Python's limited API of 3.10: one wheel for CPython 3.10+.
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
     python_requires=">=3.10",
-    # The library links against this torch's C++ ABI: it loads with this release only.
-    install_requires=[f"torch=={_torch_release}"],
+    install_requires=[f"torch>={TORCH_MIN}"],
 )

@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
 # Packaging check, run by .ci/run in its venv: `python -m build --no-isolation` (an sdist, then the
-# default wheel built from it: every GPU architecture when nvcc is there), the wheel's tags,
-# metadata, size and kernel images (cuobjdump), then installed with torch into a fresh venv,
-# imported and called from another folder.
+# default wheel built from it: every GPU architecture when nvcc is there), `auditwheel repair`
+# (a manylinux tag; torch's libraries and the CUDA runtime stay outside), then the wheel's tags,
+# metadata, size, libraries (NEEDED, stable-ABI symbols only) and kernel images (cuobjdump). Then
+# the wheel is installed into fresh venvs from another folder: beside the CI venv's torch (a
+# smoke test) and beside torch 2.13.0's CPU build, where the whole CPU test suite runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
 echo "building the sdist, then the default wheel from it (all GPU architectures when CUDA is built)"
 (unset TORCH_CUDA_ARCH_LIST; time python -m build --no-isolation --outdir "$work/dist" > "$work/build.log" 2>&1) \
   || { tail -40 "$work/build.log"; exit 1; }
+banners=$(grep -c "building the CUDA kernels too" "$work/build.log" || true)
+[ "$banners" -le 1 ] || { echo "the build banner was printed $banners times"; exit 1; }
 ls "$work"/dist/*.tar.gz
-wheel=$(ls "$work"/dist/*.whl)
-cuda=$(python -c "import torch_fp8norm; print(int(torch_fp8norm.has_cuda_kernels()))")  # the editable build's
+python -m auditwheel repair --exclude 'libtorch*.so' --exclude 'libc10*.so' --exclude 'libcudart.so.*' \
+  -w "$work/wheel" "$work"/dist/*.whl > "$work/repair.log" 2>&1 || { cat "$work/repair.log"; exit 1; }
+wheel=$(ls "$work"/wheel/*.whl)
 cuobjdump=""
-if [ "$cuda" = 1 ]; then
+if ls "$work"/dist/*.whl | xargs unzip -l | grep -q "_C_cu"; then
   cuobjdump=$(command -v cuobjdump || ls "${CUDA_HOME:-/nonexistent}/bin/cuobjdump" 2>/dev/null || true)
   if [ -z "$cuobjdump" ]; then
     python -m pip install -q nvidia-cuda-cuobjdump
@@ -23,38 +28,45 @@ fi
 python - "$wheel" "$cuobjdump" <<'PY'
 import email, os, re, subprocess, sys, tempfile, zipfile
 
-import torch
-
 wheel, cuobjdump = sys.argv[1], sys.argv[2]
 name = os.path.basename(wheel)
 size = os.path.getsize(wheel)
 print(f"{name}: {size / 1e6:.1f} MB")
-assert "-cp310-abi3-" in name, name
+assert re.search(r"-cp310-abi3-manylinux_2_\d+_x86_64\.whl$", name), name
 assert size <= 50e6, f"the wheel is {size / 1e6:.1f} MB, over 50 MB"
+tmp = tempfile.mkdtemp()
 with zipfile.ZipFile(wheel) as z:
     meta = email.message_from_bytes(z.read(next(n for n in z.namelist() if n.endswith("METADATA"))))
-    so = next(n for n in z.namelist() if n.endswith(".so"))
-    assert meta["Requires-Python"] == ">=3.10", meta["Requires-Python"]
-    assert meta.get_all("Requires-Dist") == [f"torch=={torch.__version__.split('+')[0]}"], meta.get_all("Requires-Dist")
-    if cuobjdump:
-        path = z.extract(so, tempfile.mkdtemp())
-        listing = subprocess.run([cuobjdump, "--list-elf", "--list-ptx", path], capture_output=True, text=True,
-                                 check=True).stdout
-        images = {}
-        for unit, arch, kind in re.findall(r"(\w+)\.(sm_\d+a?)\.(cubin|ptx)", listing):
-            images.setdefault(unit, set()).add(f"{arch}.{kind}")
-        # setup.py's DEFAULT_ARCHS, e.g. "8.0;9.0;12.0+PTX": a cubin each, and the +PTX one's PTX.
-        archs = re.search(r'^DEFAULT_ARCHS = "([^"]+)"', open("setup.py").read(), re.M).group(1).split(";")
-        sm = lambda a: "sm_" + a.split("+")[0].replace(".", "")
-        want = {sm(a) + ".cubin" for a in archs} | {sm(a) + ".ptx" for a in archs if a.endswith("+PTX")}
-        assert images and all(v == want for v in images.values()), images
-        print(f"kernel images of {sorted(images)}: {sorted(want)}")
+    sos = [z.extract(n, tmp) for n in z.namelist() if n.endswith(".so")]
+assert meta["Requires-Python"] == ">=3.10", meta["Requires-Python"]
+assert meta.get_all("Requires-Dist") == ["torch>=2.10"], meta.get_all("Requires-Dist")
+assert meta["Description-Content-Type"] == "text/markdown" and "# torch_fp8norm" in meta.get_payload()
+# Only the two libraries, each needing only torch's C-shim libraries (and the CUDA runtime).
+names = sorted(os.path.basename(p) for p in sos)
+assert names[0] == "_C.abi3.so" and all(re.fullmatch(r"_C_cu\d+\.abi3\.so", n) for n in names[1:]), names
+for so in sos:
+    needed = set(re.findall(r"\(NEEDED\).*\[(.+)\]", subprocess.run(["readelf", "-d", so], capture_output=True,
+                                                                    text=True, check=True).stdout))
+    torch_libs = {n for n in needed if re.match(r"lib(torch|c10)", n)}
+    want = {"libtorch_cpu.so"} | ({"libtorch_cuda.so"} if "_C_cu" in so else set())
+    assert torch_libs == want, (so, needed)
+    print(f"{os.path.basename(so)} needs {sorted(needed)}")
+if cuobjdump:
+    so = next(p for p in sos if "_C_cu" in p)
+    listing = subprocess.run([cuobjdump, "--list-elf", "--list-ptx", so], capture_output=True, text=True,
+                             check=True).stdout
+    images = {}
+    for unit, arch, kind in re.findall(r"(\w+)\.(sm_\d+a?)\.(cubin|ptx)", listing):
+        images.setdefault(unit, set()).add(f"{arch}.{kind}")
+    # setup.py's DEFAULT_ARCHS, e.g. "8.0;9.0;12.0+PTX": a cubin each, and the +PTX one's PTX.
+    archs = re.search(r'^DEFAULT_ARCHS = "([^"]+)"', open("setup.py").read(), re.M).group(1).split(";")
+    sm = lambda a: "sm_" + a.split("+")[0].replace(".", "")
+    want = {sm(a) + ".cubin" for a in archs} | {sm(a) + ".ptx" for a in archs if a.endswith("+PTX")}
+    assert images and all(v == want for v in images.values()), images
+    print(f"kernel images of {sorted(images)}: {sorted(want)}")
 PY
-python3 -m venv "$work/venv"
-torch_version=$(python -c "import torch; print(torch.__version__.split('+')[0])")  # the CI venv's
-"$work/venv/bin/python" -m pip install -q "torch==$torch_version" "$wheel"
-cd "$work"
-"$work/venv/bin/python" - <<'PY'
+smoke() {  # venv python: import, call and compare with the reference, from another folder
+  (cd "$work" && "$1" - <<'PY'
 import importlib.metadata as md
 
 import torch
@@ -63,6 +75,7 @@ from torch_fp8norm import reference
 
 assert md.version("torch_fp8norm") == torch_fp8norm.__version__
 assert "site-packages" in torch_fp8norm.__file__, torch_fp8norm.__file__
+assert torch_fp8norm.has_cuda_kernels() == (torch.version.cuda is not None), torch.version.cuda
 x = torch.randn(3, 256, dtype=torch.bfloat16)
 r = torch.randn_like(x)
 w = torch.rand(256, dtype=torch.bfloat16) + 0.5
@@ -74,7 +87,24 @@ assert torch.equal(r, r_ref) and torch.equal(got.block_scale, s)
 assert torch.equal(got.out.view(torch.uint8), q.view(torch.uint8))
 norm = torch_fp8norm.FusedAddRMSNormFP8.from_rmsnorm(torch.nn.RMSNorm(256))
 assert norm(x).out.shape == (3, 256)
-print("wheel smoke test passed: torch_fp8norm", torch_fp8norm.__version__, "from", torch_fp8norm.__file__,
+print("wheel smoke test passed: torch_fp8norm", torch_fp8norm.__version__, "on torch", torch.__version__,
       "| CUDA kernels:", torch_fp8norm.has_cuda_kernels())
 PY
+  )
+}
+
+# Beside the CI venv's torch (a CUDA build).
+python3 -m venv "$work/venv"
+torch_version=$(python -c "import torch; print(torch.__version__.split('+')[0])")
+"$work/venv/bin/python" -m pip install -q "torch==$torch_version" "$wheel"
+smoke "$work/venv/bin/python"
+
+# Beside torch 2.13.0's CPU build (on this machine's disk): no CUDA library loaded, and the whole
+# test suite (its CPU tests; tests/test_stable_abi.py on the wheel's libraries) passes, from a
+# copy of the tests outside the repository.
+python3 -m venv "$work/venv213"
+"$work/venv213/bin/python" -m pip install -q torch==2.13.0 "$wheel" pytest hypothesis numpy expecttest tqdm
+smoke "$work/venv213/bin/python"
+mkdir "$work/suite" && cp -r tests examples benchmarks README.md pyproject.toml "$work/suite/"
+(cd "$work/suite" && time "$work/venv213/bin/python" -m pytest -q -p no:cacheprovider tests)
 rm -rf "$work"

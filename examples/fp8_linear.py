@@ -150,4 +150,8 @@ def main(m: int = 128, k: int = 4096, n: int = 2048, device: str = "cuda"):
 
 
 if __name__ == "__main__":
+    import sys
+
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        sys.exit("fp8_linear.py needs an sm_90 GPU (H100 / H200): torch._scaled_mm's blockwise FP8 GEMM runs there")
     main()

@@ -1,4 +1,5 @@
-"""Every malformed call raises a clear error naming the argument and the rule, and writes nothing."""
+"""Every malformed call raises a clear error naming the argument and the rule, and writes nothing;
+the fake kernels (torch.compile, meta tensors) raise the same errors."""
 import pytest
 import torch
 
@@ -12,7 +13,7 @@ def _valid(device):
     c = Case(device, BF, M, H)
     x, r, w = make_inputs(c)
     out, s, n = out_buffers(c)
-    return dict(input=x, residual=r, weight=w, out=out, block_scale=s, normed_out=n)
+    return dict(input=x, residual=r, weight=w, eps=1e-6, out=out, block_scale=s, normed_out=n)
 
 
 def _buf(device, *shape, dtype=BF):
@@ -23,20 +24,20 @@ def _buf(device, *shape, dtype=BF):
 BAD = [
     ("input 1-D", lambda a, d: {**a, "input": a["input"][0]}, "input must be 2-D"),
     ("input 3-D", lambda a, d: {**a, "input": a["input"].view(2, 2, H)}, "input must be 2-D"),
-    ("input float64", lambda a, d: {**a, "input": a["input"].double()}, "input must be float16, bfloat16 or float32"),
+    ("input float64", lambda a, d: {**a, "input": a["input"].double()}, "input must be float16, bfloat16 or float32, got float64"),
     ("input int32", lambda a, d: {**a, "input": a["input"].int()}, "input must be float16, bfloat16 or float32"),
     ("H not a multiple of 128", lambda a, d: {**a, "input": a["input"][:, :192], "residual": a["residual"][:, :192],
                                               "weight": a["weight"][:192]}, "positive multiple of 128"),
     ("input last dim strided", lambda a, d: {**a, "input": _buf(d, M, 2 * H)[:, ::2]}, "input must have a contiguous last dimension"),
-    ("residual dtype", lambda a, d: {**a, "residual": a["residual"].half()}, "residual must have dtype"),
+    ("residual dtype", lambda a, d: {**a, "residual": a["residual"].half()}, "residual must have dtype bfloat16, got float16"),
     ("residual shape", lambda a, d: {**a, "residual": _buf(d, M + 1, H)}, "residual must have the shape of input"),
     ("residual 1-D", lambda a, d: {**a, "residual": _buf(d, H)}, "residual must be 2-D"),
     ("residual last dim strided", lambda a, d: {**a, "residual": _buf(d, M, 2 * H)[:, ::2]}, "residual must have a contiguous last dimension"),
     ("weight length", lambda a, d: {**a, "weight": _buf(d, H + 128)}, "weight must have H = 256 elements"),
-    ("weight dtype", lambda a, d: {**a, "weight": a["weight"].half()}, "weight must have input's dtype"),
+    ("weight dtype", lambda a, d: {**a, "weight": a["weight"].half()}, r"weight must have input's dtype \(bfloat16\) or float32"),
     ("weight 2-D", lambda a, d: {**a, "weight": a["weight"].view(2, H // 2)}, "weight must be 1-D"),
     ("weight strided", lambda a, d: {**a, "weight": _buf(d, 2 * H)[::2]}, "weight must be contiguous"),
-    ("out dtype", lambda a, d: {**a, "out": _buf(d, M, H)}, "out must have dtype Float8_e4m3fn"),
+    ("out dtype", lambda a, d: {**a, "out": _buf(d, M, H)}, "out must have dtype float8_e4m3fn, got bfloat16"),
     ("out shape", lambda a, d: {**a, "out": _buf(d, M, H + 128).to(torch.float8_e4m3fn)}, "out must have the shape of input"),
     ("out last dim strided", lambda a, d: {**a, "out": _buf(d, M, 2 * H).to(torch.float8_e4m3fn)[:, ::2]}, "out must have a contiguous last dimension"),
     ("block_scale dtype", lambda a, d: {**a, "block_scale": _buf(d, M, H // 128)}, "block_scale must have dtype float32"),
@@ -46,6 +47,9 @@ BAD = [
      "block_scale has overlapping elements"),
     ("normed_out dtype", lambda a, d: {**a, "normed_out": _buf(d, M, H, dtype=torch.float32)}, "normed_out must have dtype"),
     ("normed_out shape", lambda a, d: {**a, "normed_out": _buf(d, M, H * 2)}, "normed_out must have the shape of input"),
+    ("eps negative", lambda a, d: {**a, "eps": -1.0}, "eps must be finite and >= 0, got -1"),
+    ("eps NaN", lambda a, d: {**a, "eps": float("nan")}, "eps must be finite and >= 0, got nan"),
+    ("eps inf", lambda a, d: {**a, "eps": float("inf")}, "eps must be finite and >= 0, got inf"),
     ("residual is input", lambda a, d: {**a, "residual": a["input"]}, "residual overlaps input"),
     ("residual overlaps input", lambda a, d: (lambda b: {**a, "input": b[:, :H], "residual": b[:, 128:128 + H]})(_buf(d, M, 2 * H)),
      "residual overlaps input"),
@@ -63,13 +67,21 @@ BAD = [
 def _call(args, fused):
     kw = {k: args[k] for k in ("out", "block_scale", "normed_out")}
     if fused:
-        torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out(args["input"], args["residual"], args["weight"], **kw)
+        torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out(args["input"], args["residual"], args["weight"],
+                                                                args["eps"], **kw)
     else:
-        torch.ops.fp8norm.rmsnorm_fp8_block_quant.out(args["input"], args["weight"], **kw)
+        torch.ops.fp8norm.rmsnorm_fp8_block_quant.out(args["input"], args["weight"], args["eps"], **kw)
 
 
 def _snapshot(args):
-    return {k: int_view(v).clone() for k, v in args.items() if v is not None}
+    return {k: int_view(v).clone() for k, v in args.items() if isinstance(v, torch.Tensor)}
+
+
+def _as_meta(v):
+    """v on the meta device with its shape and strides (fake kernels see no memory)."""
+    if not isinstance(v, torch.Tensor):
+        return v
+    return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -83,6 +95,26 @@ def test_bad_call_raises_and_writes_nothing(device, name, make, pattern):
             _call(args, fused)
         for k, v in before.items():
             assert torch.equal(int_view(args[k]), v), f"{k} was modified by a rejected call"
+
+
+# The overlap rules need memory: only the real kernels check them.
+FAKE_BAD = [b for b in BAD if "overlap" not in b[2]]
+
+
+@pytest.mark.parametrize("name,make,pattern", FAKE_BAD, ids=[b[0] for b in FAKE_BAD])
+def test_fake_kernels_raise_the_same_errors(name, make, pattern):
+    a = {k: _as_meta(v) for k, v in make(_valid("cpu"), "cpu").items()}
+    outputs_ok = not any(k in name for k in ("out", "block_scale", "normed_out"))
+    for fused in [True] if "residual" in name else [True, False]:
+        with pytest.raises(RuntimeError, match=pattern):
+            _call(a, fused)
+        if outputs_ok:  # the functional ops too
+            with pytest.raises(RuntimeError, match=pattern):
+                if fused:
+                    torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant(a["input"], a["residual"], a["weight"], a["eps"])
+                else:
+                    torch.ops.fp8norm.rmsnorm_fp8_block_quant(a["input"], a["weight"], a["eps"])
+    _call({k: _as_meta(v) for k, v in _valid("cpu").items()}, True)  # and accept the valid call
 
 
 @pytest.mark.parametrize("device", DEVICES)

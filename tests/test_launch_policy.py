@@ -98,5 +98,6 @@ def test_bad_arguments_and_forced_kernels():
     with pytest.raises(RuntimeError, match="clusters need kernels built for sm_90"):  # a compute_80 image
         torch.ops.fp8norm._launch_plan(1, 8192, 2, True, True, True, False, False, False, 132, 80, 1 << 20, 1 << 17,
                                        True, "cluster1")
-    with pytest.raises(RuntimeError, match="no kernel named"):
-        torch.ops.fp8norm._force_kernel("nope")
+    if torch_fp8norm.has_cuda_kernels():  # the hook of CUDA launches, in the CUDA library
+        with pytest.raises(RuntimeError, match="no kernel named"):
+            torch.ops.fp8norm._force_kernel("nope")

@@ -51,15 +51,22 @@ def test_wrapper_option_errors(device):
         torch_fp8norm.rmsnorm_fp8_block_quant(x, w, scale_format="e8m0")
     with pytest.raises(TypeError):
         torch_fp8norm.rmsnorm_fp8_block_quant(x, w, 1e-6, True)  # options are keyword-only
-    # Shapes must match as given, not only as the [M, H] views the ops see; nothing is written.
+    # Shapes must match as given, not only as the [M, H] views the ops see: one mistake, one
+    # error (the op's), whatever the options and the number of dimensions; nothing is written.
     r0 = r.clone()
-    for options in ({}, dict(normed=False)):
-        with pytest.raises(ValueError, match="residual must have input's shape"):
+    shape_error = r"fp8norm.fused_add_rmsnorm_fp8_block_quant: residual must have the shape of input \[2, {}\], got \[1, {}\]"
+    for options in ({}, dict(normed=False), dict(scale_layout="row"), dict(scale_format="ue8m0_packed")):
+        with pytest.raises(RuntimeError, match=shape_error.format(H, H)):
+            torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r[:1], w, **options)
+        with pytest.raises(RuntimeError, match="residual must have the shape of input"):
             torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x.view(1, 2, H), r, w, **options)
-        with pytest.raises(ValueError, match="residual must have input's shape"):
+        with pytest.raises(RuntimeError, match="residual must have the shape of input"):
             torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x.view(2, 1, H), r.view(1, 2, H), w, **options)
-    with pytest.raises(RuntimeError, match="residual must be 2-D"):  # 2-D, default options: the op's check
-        torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r.view(2, 1, H), w)
+        for eps in (-1.0, float("nan"), float("inf")):
+            with pytest.raises(RuntimeError, match="eps must be finite and >= 0"):
+                torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r, w, eps, **options)
+            with pytest.raises(RuntimeError, match="eps must be finite and >= 0"):
+                torch_fp8norm.rmsnorm_fp8_block_quant(x.view(1, 2, H), w, eps, **options)
     assert torch.equal(r, r0)
 
 
@@ -118,6 +125,10 @@ def test_module_options_and_errors():
     biased.bias = nn.Parameter(torch.zeros(256))
     with pytest.raises(ValueError, match="has a bias"):
         FusedAddRMSNormFP8.from_rmsnorm(biased)
+    with pytest.raises(ValueError, match="Linear is not an RMS norm"):
+        FusedAddRMSNormFP8.from_rmsnorm(nn.Linear(384, 384))
+    with pytest.raises(ValueError, match="eps must be finite and >= 0"):
+        FusedAddRMSNormFP8(256, eps=-1e-6)
     no_weight = nn.Module()
     no_weight.eps = 1e-6
     with pytest.raises(ValueError, match="no weight"):
@@ -126,6 +137,70 @@ def test_module_options_and_errors():
         FusedAddRMSNormFP8(200)
     with pytest.raises(ValueError, match="scale_format"):
         FusedAddRMSNormFP8(256, scale_format="ue8m0_pack")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_autograd_is_refused_and_versions_bumped(device):
+    # The Python API is autograd-safe: a call autograd would record (grad mode on, an argument
+    # requiring grad) raises at once, naming the argument, before anything is written; the
+    # residual it updates gets its version counter bumped, as by torch's in-place ops.
+    x, r, w = make_inputs(Case(device, torch.bfloat16, 6, 256))
+    r0 = r.clone()
+    mod = FusedAddRMSNormFP8(256, device=device, dtype=torch.bfloat16)
+    calls = {
+        "fused": lambda x, r, w, **o: torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r, w, **o),
+        "plain": lambda x, r, w, **o: torch_fp8norm.rmsnorm_fp8_block_quant(x, w, **o),
+        "module": lambda x, r, w, **o: mod(x, r),
+    }
+    options = ({}, dict(normed=False), dict(scale_format="ue8m0_packed"))
+    for kind, call in calls.items():
+        for o in options if kind != "module" else ({},):
+            for name in ("input", "residual", "weight"):
+                if (kind == "plain" and name == "residual") or (kind == "module" and name == "weight"):
+                    continue
+                args = {"input": x, "residual": r, "weight": w}
+                args[name] = args[name].detach().clone().requires_grad_()
+                with pytest.raises(RuntimeError, match=f"{name} requires grad, but these ops have no backward"):
+                    call(args["input"], args["residual"], args["weight"], **o)
+    mod.weight.requires_grad_(True)
+    with pytest.raises(RuntimeError, match="weight requires grad"):
+        mod(x, r)
+    mod.weight.requires_grad_(False)
+    assert torch.equal(r, r0)
+    with torch.no_grad():  # a leaf that requires grad is fine there
+        got = torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r, w.detach().clone().requires_grad_())
+    assert not any(t.requires_grad for t in got)
+    check_contract(x, r0, w, 1e-6, False, r, *got)
+    # Versions: the residual's (a view's counter is its base's) once per call; nothing else's.
+    for kind, call in calls.items():
+        for o in options if kind != "module" else ({},):
+            for lead in ((), (2, 3)):
+                xv, rv = (x, r) if not lead else (x.view(*lead, 256), r.view(*lead, 256))
+                before = [t._version for t in (r, x, w)]
+                call(xv, rv, w, **o)
+                bumped = 0 if kind == "plain" else 1
+                assert [t._version for t in (r, x, w)] == [before[0] + bumped, *before[1:]], (kind, o, lead)
+    with torch.inference_mode():  # inference tensors have no version counter; nothing to bump
+        xi, ri, wi = x.clone(), r.clone(), w.clone()
+        torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(xi, ri, wi)
+    torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(xi, ri, wi)  # outside inference mode too
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_raw_ops_have_engine_kernel_semantics(device):
+    # The raw ops have no Autograd kernel: they run whatever grad mode and requires_grad say,
+    # record nothing and bump no version counter (the Python API above does both).
+    x, r, w = make_inputs(Case(device, torch.float32, 2, 128))
+    out, s, n = (torch.empty_like(x, dtype=torch.float8_e4m3fn), torch.empty(2, 1, device=device),
+                 torch.empty_like(x))
+    wg = w.detach().clone().requires_grad_()
+    r0 = r.clone()
+    versions = [t._version for t in (r, out, s, n)]
+    torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out(x, r, wg, out=out, block_scale=s, normed_out=n)
+    assert [t._version for t in (r, out, s, n)] == versions
+    check_contract(x, r0, w, 1e-6, False, r, out, s, n)
+    got = torch.ops.fp8norm.rmsnorm_fp8_block_quant(x, wg)
+    assert not any(t.requires_grad for t in got) and all(t.grad_fn is None for t in got)
 
 
 @pytest.mark.parametrize("device", DEVICES[-1:])  # one compile: on CUDA where there is one (CI compiles on CPU)

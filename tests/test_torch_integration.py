@@ -97,39 +97,5 @@ def test_wrappers_accept_leading_dims(device):
     out, s, n = torch_fp8norm.rmsnorm_fp8_block_quant(x3[0, 0], w, scale_format="ue8m0")
     assert out.shape == (256,) and s.shape == (2,)
     check_contract(x[:1], None, w, 1e-6, True, None, out.view(1, 256), s.view(1, 2), n.view(1, 256))
-    with pytest.raises(ValueError, match="residual .* cannot be viewed"):  # (2, 3, 256), strides (256, 512, 1)
+    with pytest.raises(RuntimeError, match="residual .* cannot be viewed"):  # (2, 3, 256), strides (256, 512, 1)
         torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x3, r.view(3, 2, 256).transpose(0, 1), w)
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_requires_grad_is_refused_at_the_call(device):
-    # No backward: a call autograd would record raises at once, naming the argument, and writes
-    # nothing; under no_grad / inference_mode, or with detached tensors, it runs.
-    x, r, w = make_inputs(Case(device, torch.bfloat16, 3, 256))
-    out, s, n = _outs(device, torch.bfloat16, 3, 256)
-    r0 = r.clone()
-    for name in ("weight", "input"):
-        args = (x, r, w.detach().requires_grad_()) if name == "weight" else (x.detach().requires_grad_(), r, w)
-        with pytest.raises(RuntimeError, match=f"{name} requires grad, but these ops have no backward"):
-            torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant(*args)
-        with pytest.raises(RuntimeError, match=f"{name} requires grad"):
-            torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out(*args, out=out, block_scale=s, normed_out=n)
-        with pytest.raises(RuntimeError, match=f"{name} requires grad"):
-            torch_fp8norm.rmsnorm_fp8_block_quant(args[0], args[2])
-    assert torch.equal(r, r0)
-    with torch.no_grad():
-        out, s, n = torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r, w)
-    assert not n.requires_grad
-    check_contract(x.detach(), r0, w.detach(), 1e-6, False, r, out, s, n)
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_written_tensors_bump_their_version(device):
-    # Like torch's in-place ops: autograd can tell a saved tensor was changed.
-    x, r, w = make_inputs(Case(device, torch.float32, 2, 128))
-    out, s, n = _outs(device, torch.float32, 2, 128)
-    versions = [t._version for t in (r, out, s, n, x, w)]
-    torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out(x, r, w, out=out, block_scale=s, normed_out=n)
-    assert [t._version for t in (r, out, s, n, x, w)] == [v + 1 for v in versions[:4]] + versions[4:]
-    torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r, w)
-    assert r._version == versions[0] + 2

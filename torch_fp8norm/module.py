@@ -30,6 +30,8 @@ class FusedAddRMSNormFP8(nn.Module):
         _check_options(scale_layout, scale_format)
         if hidden_size <= 0 or hidden_size % 128 != 0:
             raise ValueError(f"hidden_size must be a positive multiple of 128, got {hidden_size}")
+        if eps is not None and not (eps >= 0 and eps != float("inf")):
+            raise ValueError(f"eps must be finite and >= 0 (or None), got {eps}")
         self.hidden_size = hidden_size
         self.eps = eps
         self.scale_layout = scale_layout
@@ -45,34 +47,40 @@ class FusedAddRMSNormFP8(nn.Module):
         ``LlamaRMSNorm``; not Gemma's, which multiplies by ``1 + weight``). The weight is shared, not
         copied. ``options``: scale_layout, scale_format, normed.
 
-        Norms that subtract the mean (``LayerNorm``, ``GroupNorm``, batch and instance norms) or
-        add a bias raise ValueError: this module would silently drop that part.
+        Modules that are not RMS norms (e.g. a ``Linear``), norms that subtract the mean
+        (``LayerNorm``, ``GroupNorm``, batch and instance norms) or add a bias raise ValueError:
+        this module would silently compute something else.
 
         The result follows this package's contract, which may round differently from `norm`'s own
         forward (e.g. ``LlamaRMSNorm`` rounds to the input dtype before multiplying by the weight;
         see the README's numerical contract)."""
+        name = type(norm).__name__
         if isinstance(norm, _MEAN_SUBTRACTING):
-            raise ValueError(f"{type(norm).__name__} subtracts the mean; only RMS norms (no mean subtraction) are supported")
+            raise ValueError(f"{name} subtracts the mean; only RMS norms (no mean subtraction) are supported")
+        if not isinstance(norm, nn.RMSNorm) and not hasattr(norm, "eps") and not hasattr(norm, "variance_epsilon"):
+            raise ValueError(f"{name} is not an RMS norm: expected torch.nn.RMSNorm or a module with a weight of "
+                             "shape (H,) and an eps or variance_epsilon attribute")
         if isinstance(getattr(norm, "bias", None), torch.Tensor):
-            raise ValueError(f"{type(norm).__name__} has a bias; only RMS norms without one are supported")
+            raise ValueError(f"{name} has a bias; only RMS norms without one are supported")
         if isinstance(norm, nn.RMSNorm) and len(norm.normalized_shape) != 1:
             raise ValueError(f"norm normalizes over {tuple(norm.normalized_shape)}; only one dimension (H,) is supported")
         weight = getattr(norm, "weight", None)
         if isinstance(norm, nn.RMSNorm) and weight is None:  # elementwise_affine=False
             weight = torch.ones(norm.normalized_shape)
         if not isinstance(weight, torch.Tensor) or weight.dim() != 1:
-            raise ValueError(f"{type(norm).__name__} has no weight of shape (H,)")
-        if hasattr(norm, "eps"):
-            eps = norm.eps
-        elif hasattr(norm, "variance_epsilon"):
-            eps = norm.variance_epsilon
-        else:
-            raise ValueError(f"{type(norm).__name__} has neither an eps nor a variance_epsilon attribute")
+            raise ValueError(f"{name} has no weight of shape (H,)")
+        eps = norm.eps if hasattr(norm, "eps") else norm.variance_epsilon
         module = cls(weight.shape[0], eps, device="meta", **options)
         module.weight = nn.Parameter(weight.detach(), requires_grad=False)
         return module
 
     def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None) -> BlockQuantized:
+        """With a residual: ``residual += x`` in place, then the RMSNorm of the new residual, times
+        ``weight``, quantized to FP8 in 1x128 blocks (:func:`fused_add_rmsnorm_fp8_block_quant`);
+        without: the same of ``x`` (:func:`rmsnorm_fp8_block_quant`). x and residual: (..., H).
+        Returns ``BlockQuantized(out, block_scale, normed)`` in the module's scale layout and
+        format (``normed`` None with ``normed=False``). Raises RuntimeError, before writing
+        anything, where autograd would record the call (no backward)."""
         eps = torch.finfo(x.dtype).eps if self.eps is None else self.eps
         options = dict(scale_layout=self.scale_layout, scale_format=self.scale_format, normed=self.normed)
         if residual is None:

@@ -2,11 +2,17 @@
 
 The wrappers accept inputs of shape (..., H) and view them as [M, H]; the ops themselves take
 2-D tensors. They choose the block-scale layout and format and whether ``normed`` is written, and
-return a :class:`BlockQuantized`. See the README for the full contract.
+return a :class:`BlockQuantized`. Unlike the raw ops they are autograd-safe: a call that autograd
+would record raises before anything is written, and the residual they update gets its version
+counter bumped, as torch's in-place ops do. See the README for the full contract.
 """
 from typing import NamedTuple, Optional, Tuple
 
 import torch
+from torch.autograd.graph import increment_version as _increment_version
+from torch.compiler import is_compiling as _is_compiling
+
+from ._fake import FUSED_OP, PLAIN_OP, _list
 
 Tensor = torch.Tensor
 
@@ -16,8 +22,18 @@ _FUSED_OUT = torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out
 _PLAIN = torch.ops.fp8norm.rmsnorm_fp8_block_quant.default
 _PLAIN_OUT = torch.ops.fp8norm.rmsnorm_fp8_block_quant.out
 
+# The raw ops' Autograd kernel: torch's fallthrough. They record no history and bump no version
+# counter, as an engine's kernels; cheaper than torch's default fallback, which would also hang
+# a warning node on the functional ops' outputs (docs/design.md, "Autograd").
+_AUTOGRAD = torch.library.Library("fp8norm", "IMPL")
+for _name in ("fused_add_rmsnorm_fp8_block_quant", "fused_add_rmsnorm_fp8_block_quant.out",
+              "rmsnorm_fp8_block_quant", "rmsnorm_fp8_block_quant.out"):
+    _AUTOGRAD.impl(_name, torch.library.fallthrough_kernel, "Autograd")
+
 _FUSED_DOC = """``residual += input`` (in place, rounded to input's dtype), ``normed = rmsnorm(residual) * weight``,
 ``(out, block_scale) = fp8_quant_1x128(normed)``, in one memory pass. For inference: no backward.
+A raw op, as an engine's kernel: autograd does not record it (outputs do not require grad) and
+the tensors it writes keep their version counters; the Python functions refuse grad and bump.
 
 input, residual: [M, H] float16, bfloat16 or float32, H a positive multiple of 128; weight: [H],
 input's dtype or float32. out: [M, H] float8_e4m3fn; block_scale: [M, H/128] float32 (amax / 448,
@@ -105,18 +121,28 @@ def _check_options(scale_layout: str, scale_format: str) -> bool:
     return scale_format != "fp32"
 
 
-def _rows(t: Tensor, name: str, writable: bool) -> Tensor:
+def _refuse_grad(op: str, input: Tensor, residual: Optional[Tensor], weight: Tensor) -> None:
+    """Raises where autograd would record the call (grad mode on, checked by the caller): the ops
+    have no backward, so a result that silently did not track grad would be wrong."""
+    for name, t in (("input", input), ("residual", residual), ("weight", weight)):
+        if t is not None and t.requires_grad:
+            raise RuntimeError(
+                f"{op}: {name} requires grad, but these ops have no backward (they are for inference). Call "
+                f"them under torch.no_grad() or torch.inference_mode(), or pass {name}.detach()")
+
+
+def _rows(op: str, t: Tensor, name: str, writable: bool) -> Tensor:
     if t.dim() < 1:
-        raise ValueError(f"{name} must have at least one dimension (..., H), got a scalar")
+        raise RuntimeError(f"{op}: {name} must have at least one dimension (..., H), got a scalar")
     if t.dim() == 2:
         return t
     try:
         return t.view(-1, t.shape[-1])
     except RuntimeError:
         if writable:
-            raise ValueError(
-                f"{name} of shape {tuple(t.shape)} and strides {t.stride()} cannot be viewed as "
-                f"[M, H]; it is updated in place, so it must be viewable (make it contiguous)")
+            raise RuntimeError(
+                f"{op}: {name} of shape {_list(t.shape)} and strides {_list(t.stride())} cannot be viewed as "
+                f"[M, H]; it is updated in place, so it must be viewable (make it contiguous)") from None
         return t.reshape(-1, t.shape[-1])
 
 
@@ -141,20 +167,27 @@ def _result(lead, out: Tensor, scale: Tensor, normed: Optional[Tensor]) -> Block
 _as_result = BlockQuantized._make  # (out, block_scale, normed) of a functional op, as is
 
 
-def _call(functional, out_op, input: Tensor, residual: Optional[Tensor], weight: Tensor, eps: float,
+def _call(op: str, functional, out_op, input: Tensor, residual: Optional[Tensor], weight: Tensor, eps: float,
           scale_layout: str, scale_format: str, normed: bool) -> BlockQuantized:
     """Either op (residual None: rmsnorm_*) for (..., H) inputs and any options: the functional
     overload where its outputs are what was asked for, else .out into outputs allocated here."""
     ue8m0 = _check_options(scale_layout, scale_format)
+    if torch.is_grad_enabled():
+        _refuse_grad(op, input, residual, weight)
     if residual is not None and residual.shape != input.shape:  # the ops see only the [M, H] views
-        raise ValueError(f"residual must have input's shape {tuple(input.shape)}, got {tuple(residual.shape)}")
-    lead, x = input.shape[:-1], _rows(input, "input", False)
-    ins = (x, weight) if residual is None else (x, _rows(residual, "residual", True), weight)
+        raise RuntimeError(f"{op}: residual must have the shape of input {_list(input.shape)}, "
+                           f"got {_list(residual.shape)}")
+    lead, x = input.shape[:-1], _rows(op, input, "input", False)
+    ins = (x, weight) if residual is None else (x, _rows(op, residual, "residual", True), weight)
     if scale_layout == "deepgemm" and scale_format != "ue8m0_packed" and normed:
-        return _result(lead, *functional(*ins, eps, ue8m0))
-    out, scale, n = _outputs(x, scale_layout, scale_format, normed)
-    out_op(*ins, eps, ue8m0, out=out, block_scale=scale, normed_out=n)
-    return _result(lead, out, scale, n)
+        result = _result(lead, *functional(*ins, eps, ue8m0))
+    else:
+        out, scale, n = _outputs(x, scale_layout, scale_format, normed)
+        out_op(*ins, eps, ue8m0, out=out, block_scale=scale, normed_out=n)
+        result = _result(lead, out, scale, n)
+    if residual is not None and not _is_compiling():
+        _increment_version(residual)
+    return result
 
 
 def fused_add_rmsnorm_fp8_block_quant(
@@ -187,10 +220,21 @@ def fused_add_rmsnorm_fp8_block_quant(
 
     Returns:
         BlockQuantized(out, block_scale, normed).
+
+    Raises RuntimeError, before writing anything, for arguments the op refuses and where autograd
+    would record the call (grad mode on and input, residual or weight requiring grad: there is no
+    backward). residual's version counter is bumped, as by torch's in-place ops (not for inference
+    tensors, nor while torch.compile traces).
     """
     if input.dim() == 2 and scale_layout == "deepgemm" and scale_format == "fp32" and normed:
-        return _as_result(_FUSED(input, residual, weight, eps, False))  # the functional op as is
-    return _call(_FUSED, _FUSED_OUT, input, residual, weight, eps, scale_layout, scale_format, normed)
+        # The functional op as is: the common call's host cost, kept to the checks it needs.
+        if torch.is_grad_enabled() and (input.requires_grad or residual.requires_grad or weight.requires_grad):
+            _refuse_grad(FUSED_OP, input, residual, weight)
+        result = _FUSED(input, residual, weight, eps, False)
+        if not _is_compiling():
+            _increment_version(residual)
+        return _as_result(result)
+    return _call(FUSED_OP, _FUSED, _FUSED_OUT, input, residual, weight, eps, scale_layout, scale_format, normed)
 
 
 def rmsnorm_fp8_block_quant(
@@ -203,8 +247,10 @@ def rmsnorm_fp8_block_quant(
     normed: bool = True,
 ) -> BlockQuantized:
     """``normed = rmsnorm(input) * weight; (out, block_scale) = fp8_quant_1x128(normed)`` in one
-    memory pass (a model's first layer: no residual). Arguments and results as for
+    memory pass (a model's first layer: no residual). Arguments, results and errors as for
     :func:`fused_add_rmsnorm_fp8_block_quant`."""
     if input.dim() == 2 and scale_layout == "deepgemm" and scale_format == "fp32" and normed:
+        if torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad):
+            _refuse_grad(PLAIN_OP, input, None, weight)
         return _as_result(_PLAIN(input, weight, eps, False))  # the functional op as is
-    return _call(_PLAIN, _PLAIN_OUT, input, None, weight, eps, scale_layout, scale_format, normed)
+    return _call(PLAIN_OP, _PLAIN, _PLAIN_OUT, input, None, weight, eps, scale_layout, scale_format, normed)

@@ -1,101 +1,126 @@
 #include "fp8norm.h"
 
-#include <ATen/ATen.h>
-#include <c10/core/SymBool.h>
-#include <c10/util/irange.h>
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/macros.h>
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
 #include <utility>
 
 #include "numerics.h"
 
 namespace fp8norm {
 
-std::string to_str(int64_t v) { return std::to_string(v); }
+void fail(const std::string& message) { throw std::runtime_error(message); }
 
-std::string to_str(const c10::SymInt& v) {
-  if (auto i = v.maybe_as_int()) return std::to_string(*i);
-  return v.toSymNodeImplUnowned()->str();
-}
-
-template <typename R>
-static std::string list_str(R values) {
+std::string to_str(torch::headeronly::IntHeaderOnlyArrayRef v) {
   std::string s = "[";
-  for (size_t i = 0; i < values.size(); ++i) s += (i ? ", " : "") + to_str(values[i]);
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
   return s + "]";
 }
-std::string to_str(c10::IntArrayRef v) { return list_str(v); }
-std::string to_str(c10::SymIntArrayRef v) { return list_str(v); }
+
+std::string device_str(const torch::stable::Device& d) {
+  using torch::headeronly::DeviceType;
+  const DeviceType t = d.type();
+  std::string s = t == DeviceType::CPU    ? "cpu"
+                  : t == DeviceType::CUDA ? "cuda"
+                  : t == DeviceType::Meta ? "meta"
+                                          : "device type " + std::to_string(static_cast<int>(t));
+  if (t != DeviceType::CPU && d.has_index()) s += ":" + std::to_string(d.index());
+  return s;
+}
+
+const char* dtype_str(ScalarType t) {
+  switch (t) {
+    case ScalarType::Byte: return "uint8";
+    case ScalarType::Char: return "int8";
+    case ScalarType::Short: return "int16";
+    case ScalarType::Int: return "int32";
+    case ScalarType::Long: return "int64";
+    case ScalarType::Half: return "float16";
+    case ScalarType::Float: return "float32";
+    case ScalarType::Double: return "float64";
+    case ScalarType::Bool: return "bool";
+    case ScalarType::BFloat16: return "bfloat16";
+    case ScalarType::Float8_e5m2: return "float8_e5m2";
+    case ScalarType::Float8_e4m3fn: return "float8_e4m3fn";
+    default: return torch::headeronly::toString(t);
+  }
+}
 
 namespace {
 
-bool is_activation_dtype(at::ScalarType t) {
-  return t == at::kFloat || t == at::kHalf || t == at::kBFloat16;
+// What the checks read of a tensor, read once (each is a call into libtorch's C shim).
+struct Info {
+  Info(const Tensor& t)  // NOLINT(google-explicit-constructor)
+      : dim(t.dim()), sizes(t.sizes()), strides(t.strides()), dtype(t.scalar_type()), device(t.device()) {}
+  int64_t dim;
+  torch::headeronly::IntHeaderOnlyArrayRef sizes, strides;
+  ScalarType dtype;
+  torch::stable::Device device;
+};
+
+bool is_activation_dtype(ScalarType t) {
+  return t == ScalarType::Float || t == ScalarType::Half || t == ScalarType::BFloat16;
+}
+
+std::string eps_str(double eps) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", eps);
+  return buf;
 }
 
 // [M, H] tensor with a contiguous last dimension; `what` names the argument in messages.
-void check_rows(const char* op, const char* what, const at::Tensor& t, const at::Tensor& input,
-                at::ScalarType dtype) {
-  TORCH_CHECK(t.dim() == 2, op, ": ", what, " must be 2-D [M, H], got ", to_str(t.dim()), "-D");
-  TORCH_CHECK(t.device() == input.device(), op, ": ", what, " must be on ", input.device().str(),
-              " like input, got ", t.device().str());
-  TORCH_CHECK(t.scalar_type() == dtype, op, ": ", what, " must have dtype ", dtype, ", got ",
-              t.scalar_type());
-  TORCH_SYM_CHECK(t.sym_size(0).sym_eq(input.sym_size(0)).sym_and(t.sym_size(1).sym_eq(input.sym_size(1))),
-                  op, ": ", what, " must have the shape of input ", to_str(input.sym_sizes()), ", got ",
-                  to_str(t.sym_sizes()));
-  TORCH_SYM_CHECK(t.sym_stride(1).sym_eq(1), op, ": ", what,
-                  " must have a contiguous last dimension (stride 1), got strides ",
-                  to_str(t.sym_strides()));
+void check_rows(const char* op, const char* what, const Info& t, const Info& input, ScalarType dtype) {
+  FP8NORM_CHECK(t.dim == 2, op, ": ", what, " must be 2-D [M, H], got ", t.dim, "-D");
+  FP8NORM_CHECK(t.device == input.device, op, ": ", what, " must be on ", device_str(input.device), " like input, got ",
+                device_str(t.device));
+  FP8NORM_CHECK(t.dtype == dtype, op, ": ", what, " must have dtype ", dtype_str(dtype), ", got ", dtype_str(t.dtype));
+  FP8NORM_CHECK(t.sizes[0] == input.sizes[0] && t.sizes[1] == input.sizes[1], op, ": ", what,
+                " must have the shape of input ", to_str(input.sizes), ", got ", to_str(t.sizes));
+  FP8NORM_CHECK(t.strides[1] == 1, op, ": ", what, " must have a contiguous last dimension (stride 1), got strides ",
+                to_str(t.strides));
 }
 
-}  // namespace
-
-void check_inputs(const char* op, const at::Tensor& input, const at::Tensor* residual,
-                  const at::Tensor& weight) {
-  TORCH_CHECK(input.dim() == 2, op, ": input must be 2-D [M, H], got ", to_str(input.dim()), "-D");
-  TORCH_CHECK(is_activation_dtype(input.scalar_type()), op,
-              ": input must be float16, bfloat16 or float32, got ", input.scalar_type());
-  const c10::SymInt& H = input.sym_size(1);
-  TORCH_SYM_CHECK(H.sym_gt(0).sym_and((H % kBlock).sym_eq(0)), op,
-                  ": the hidden size H (input.size(1)) must be a positive multiple of 128, got ",
-                  to_str(H));
-  TORCH_SYM_CHECK(input.sym_stride(1).sym_eq(1), op,
-                  ": input must have a contiguous last dimension (stride 1), got strides ",
-                  to_str(input.sym_strides()));
-  if (residual != nullptr) check_rows(op, "residual", *residual, input, input.scalar_type());
-  TORCH_CHECK(weight.dim() == 1, op, ": weight must be 1-D [H], got ", to_str(weight.dim()), "-D");
-  TORCH_CHECK(weight.device() == input.device(), op, ": weight must be on ", input.device().str(),
-              " like input, got ", weight.device().str());
-  TORCH_CHECK(weight.scalar_type() == input.scalar_type() || weight.scalar_type() == at::kFloat, op,
-              ": weight must have input's dtype (", input.scalar_type(), ") or float32, got ",
-              weight.scalar_type());
-  TORCH_SYM_CHECK(weight.sym_size(0).sym_eq(H), op, ": weight must have H = ", to_str(H),
-                  " elements, got ", to_str(weight.sym_size(0)));
-  TORCH_SYM_CHECK(weight.sym_stride(0).sym_eq(1), op, ": weight must be contiguous, got stride ",
-                  to_str(weight.sym_stride(0)));
+void check_inputs(const char* op, const Info& input, const Info* residual, const Info& weight, double eps) {
+  FP8NORM_CHECK(input.dim == 2, op, ": input must be 2-D [M, H], got ", input.dim, "-D");
+  FP8NORM_CHECK(is_activation_dtype(input.dtype), op, ": input must be float16, bfloat16 or float32, got ",
+                dtype_str(input.dtype));
+  const int64_t H = input.sizes[1];
+  FP8NORM_CHECK(H > 0 && H % kBlock == 0, op,
+                ": the hidden size H (input.size(1)) must be a positive multiple of 128, got ", H);
+  FP8NORM_CHECK(input.strides[1] == 1, op, ": input must have a contiguous last dimension (stride 1), got strides ",
+                to_str(input.strides));
+  if (residual != nullptr) check_rows(op, "residual", *residual, input, input.dtype);
+  FP8NORM_CHECK(weight.dim == 1, op, ": weight must be 1-D [H], got ", weight.dim, "-D");
+  FP8NORM_CHECK(weight.device == input.device, op, ": weight must be on ", device_str(input.device),
+                " like input, got ", device_str(weight.device));
+  FP8NORM_CHECK(weight.dtype == input.dtype || weight.dtype == ScalarType::Float, op, ": weight must have input's dtype (",
+                dtype_str(input.dtype), ") or float32, got ", dtype_str(weight.dtype));
+  FP8NORM_CHECK(weight.sizes[0] == H, op, ": weight must have H = ", H, " elements, got ", weight.sizes[0]);
+  FP8NORM_CHECK(weight.strides[0] == 1, op, ": weight must be contiguous, got stride ", weight.strides[0]);
+  FP8NORM_CHECK(std::isfinite(eps) && eps >= 0, op, ": eps must be finite and >= 0, got ", eps_str(eps));
 }
 
-void check_outputs(const char* op, const at::Tensor& input, bool scale_ue8m0, const at::Tensor& out,
-                   const at::Tensor& block_scale, const std::optional<at::Tensor>& normed_out) {
-  check_rows(op, "out", out, input, at::kFloat8_e4m3fn);
-  if (normed_out.has_value()) check_rows(op, "normed_out", *normed_out, input, input.scalar_type());
-  TORCH_CHECK(block_scale.dim() == 2, op, ": block_scale must be 2-D [M, H/128], got ",
-              to_str(block_scale.dim()), "-D");
-  TORCH_CHECK(block_scale.device() == input.device(), op, ": block_scale must be on ",
-              input.device().str(), " like input, got ", block_scale.device().str());
-  const bool packed = block_scale.scalar_type() == at::kInt;
-  TORCH_CHECK(block_scale.scalar_type() == at::kFloat || (packed && scale_ue8m0), op,
-              ": block_scale must have dtype float32, or int32 (packed UE8M0 exponents) with scale_ue8m0=True, got ",
-              block_scale.scalar_type(), scale_ue8m0 ? "" : " (scale_ue8m0=False)");
-  const c10::SymInt cols = packed ? (input.sym_size(1) / kBlock + 3) / 4 : input.sym_size(1) / kBlock;
-  TORCH_SYM_CHECK(block_scale.sym_size(0).sym_eq(input.sym_size(0)).sym_and(block_scale.sym_size(1).sym_eq(cols)),
-                  op, ": block_scale must have shape [M, ", packed ? "ceil(H/512)" : "H/128", "] = [",
-                  to_str(input.sym_size(0)), ", ", to_str(cols), "], got ", to_str(block_scale.sym_sizes()));
+void check_outputs(const char* op, const Info& input, bool scale_ue8m0, const Info& out, const Info& block_scale,
+                   const Info* normed_out) {
+  check_rows(op, "out", out, input, ScalarType::Float8_e4m3fn);
+  if (normed_out != nullptr) check_rows(op, "normed_out", *normed_out, input, input.dtype);
+  FP8NORM_CHECK(block_scale.dim == 2, op, ": block_scale must be 2-D [M, H/128], got ", block_scale.dim, "-D");
+  FP8NORM_CHECK(block_scale.device == input.device, op, ": block_scale must be on ", device_str(input.device),
+                " like input, got ", device_str(block_scale.device));
+  const bool packed = block_scale.dtype == ScalarType::Int;
+  FP8NORM_CHECK(block_scale.dtype == ScalarType::Float || (packed && scale_ue8m0), op,
+                ": block_scale must have dtype float32, or int32 (packed UE8M0 exponents) with scale_ue8m0=True, got ",
+                dtype_str(block_scale.dtype), scale_ue8m0 ? "" : " (scale_ue8m0=False)");
+  const int64_t cols = packed ? (input.sizes[1] / kBlock + 3) / 4 : input.sizes[1] / kBlock;
+  FP8NORM_CHECK(block_scale.sizes[0] == input.sizes[0] && block_scale.sizes[1] == cols, op,
+                ": block_scale must have shape [M, ", packed ? "ceil(H/512)" : "H/128", "] = [", input.sizes[0], ", ",
+                cols, "], got ", to_str(block_scale.sizes));
 }
-
-namespace {
 
 // The memory a tensor of at most two dimensions covers. Torch strides are never negative, so
 // its bytes lie in [lo, hi). A "row" tensor (last dim contiguous) covers `rows` runs of
@@ -107,24 +132,26 @@ struct Footprint {
   int64_t rows = 0, row_bytes = 0, row_step = 0;
 };
 
-Footprint footprint(const at::Tensor& t) {
+Footprint footprint(const Tensor& t) {
   Footprint f;
   if (t.numel() == 0) return f;
   f.empty = false;
+  const auto sizes = t.sizes();
+  const auto strides = t.strides();
   const int64_t item = static_cast<int64_t>(t.element_size());
   int64_t last = 0;
-  for (const auto d : c10::irange(t.dim())) last += (t.size(d) - 1) * t.stride(d);
+  for (size_t d = 0; d < sizes.size(); ++d) last += (sizes[d] - 1) * strides[d];
   f.lo = reinterpret_cast<uintptr_t>(t.data_ptr());
   f.hi = f.lo + static_cast<uintptr_t>((last + 1) * item);
-  if (t.dim() == 1 && t.stride(0) == 1) {
+  if (sizes.size() == 1 && strides[0] == 1) {
     f.row_tensor = true;
     f.rows = 1;
-    f.row_bytes = t.size(0) * item;
-  } else if (t.dim() == 2 && (t.stride(1) == 1 || t.size(1) == 1)) {
+    f.row_bytes = sizes[0] * item;
+  } else if (sizes.size() == 2 && (strides[1] == 1 || sizes[1] == 1)) {
     f.row_tensor = true;
-    f.rows = t.size(0);
-    f.row_bytes = t.size(1) * item;
-    f.row_step = t.stride(0) * item;
+    f.rows = sizes[0];
+    f.row_bytes = sizes[1] * item;
+    f.row_step = strides[0] * item;
   }
   return f;
 }
@@ -152,12 +179,14 @@ bool overlaps(const Footprint& a, const Footprint& b) {
 }
 
 // Whether a written tensor has two elements at one address.
-bool overlaps_itself(const at::Tensor& t) {
+bool overlaps_itself(const Tensor& t) {
   if (t.numel() <= 1) return false;
+  const auto sizes = t.sizes();
+  const auto strides = t.strides();
   std::array<std::pair<int64_t, int64_t>, 2> dims;  // (stride, size) of the dims of size > 1
   size_t n = 0;                                      // (the op's tensors have at most two)
-  for (const auto d : c10::irange(t.dim())) {
-    if (t.size(d) > 1) dims.at(n++) = {t.stride(d), t.size(d)};
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] > 1) dims.at(n++) = {strides[d], sizes[d]};
   }
   if (n == 2 && dims[1] < dims[0]) std::swap(dims[0], dims[1]);  // by stride, then size
   int64_t span = 1;  // elements covered by the inner dims so far
@@ -171,12 +200,24 @@ bool overlaps_itself(const at::Tensor& t) {
 
 }  // namespace
 
-void check_no_overlap(const char* op, const at::Tensor& input, const at::Tensor* residual,
-                      const at::Tensor& weight, const at::Tensor& out,
-                      const at::Tensor& block_scale, const std::optional<at::Tensor>& normed_out) {
+void check_inputs(const char* op, const Tensor& input, const Tensor* residual, const Tensor& weight, double eps) {
+  if (residual == nullptr) return check_inputs(op, Info(input), nullptr, Info(weight), eps);
+  const Info r(*residual);
+  check_inputs(op, Info(input), &r, Info(weight), eps);
+}
+
+void check_outputs(const char* op, const Tensor& input, bool scale_ue8m0, const Tensor& out, const Tensor& block_scale,
+                   const OptTensor& normed_out) {
+  if (!normed_out.has_value()) return check_outputs(op, Info(input), scale_ue8m0, Info(out), Info(block_scale), nullptr);
+  const Info n(*normed_out);
+  check_outputs(op, Info(input), scale_ue8m0, Info(out), Info(block_scale), &n);
+}
+
+void check_no_overlap(const char* op, const Tensor& input, const Tensor* residual, const Tensor& weight,
+                      const Tensor& out, const Tensor& block_scale, const OptTensor& normed_out) {
   struct Arg {
     const char* name;
-    const at::Tensor* t;
+    const Tensor* t;
     bool written;
   };
   std::array<Arg, 6> args;  // no allocation: this runs on every call
@@ -192,44 +233,55 @@ void check_no_overlap(const char* op, const at::Tensor& input, const at::Tensor*
   for (size_t k = 0; k < n; ++k) {
     const Arg& a = args[k];
     if (a.written) {
-      TORCH_CHECK(!overlaps_itself(*a.t), op, ": ", a.name,
-                  " has overlapping elements (its strides ", to_str(a.t->strides()),
-                  " map two elements to one address); it is written, so it must not");
+      FP8NORM_CHECK(!overlaps_itself(*a.t), op, ": ", a.name, " has overlapping elements (its strides ",
+                    to_str(a.t->strides()), " map two elements to one address); it is written, so it must not");
     }
     prints[k] = footprint(*a.t);
   }
   for (size_t i = 0; i < n; ++i) {
     for (size_t j = i + 1; j < n; ++j) {
       if (!args[i].written && !args[j].written) continue;
-      TORCH_CHECK(!overlaps(prints[i], prints[j]), op, ": ", args[j].name, " overlaps ",
-                  args[i].name, " in memory; ", args[j].written ? args[j].name : args[i].name,
-                  " is written by this op, so it must not share memory with another argument");
+      FP8NORM_CHECK(!overlaps(prints[i], prints[j]), op, ": ", args[j].name, " overlaps ", args[i].name,
+                    " in memory; ", args[j].written ? args[j].name : args[i].name,
+                    " is written by this op, so it must not share memory with another argument");
     }
   }
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> allocate_outputs(const at::Tensor& input) {
-  const c10::SymInt M = input.sym_size(0);
-  const c10::SymInt H = input.sym_size(1);
-  at::Tensor out = at::empty_symint({M, H}, input.options().dtype(at::kFloat8_e4m3fn));
-  at::Tensor block_scale = at::empty_strided_symint({M, H / kBlock}, {1, scale_column_stride(M)},
-                                                    input.options().dtype(at::kFloat));
-  at::Tensor normed = at::empty_symint({M, H}, input.options());
-  return {out, block_scale, normed};
+namespace {
+
+Tensor empty_strided(std::array<int64_t, 2> sizes, std::array<int64_t, 2> strides, int32_t dtype, int32_t device_type,
+                     int32_t device_index) {
+  AtenTensorHandle handle = nullptr;
+  STABLE_TORCH_ERROR_CODE_CHECK(
+      aoti_torch_empty_strided(2, sizes.data(), strides.data(), dtype, device_type, device_index, &handle));
+  return Tensor(handle);
 }
 
-RowArgs prepare(const char* op, const at::Tensor& input, const at::Tensor* residual,
-                const at::Tensor& weight, double eps, bool scale_ue8m0, const at::Tensor& out,
-                const at::Tensor& block_scale, const std::optional<at::Tensor>& normed_out) {
-  check_inputs(op, input, residual, weight);
+}  // namespace
+
+std::tuple<Tensor, Tensor, Tensor> allocate_outputs(const Tensor& input) {
+  int32_t dtype = 0, device_type = 0, device_index = 0;
+  aoti_torch_get_dtype(input.get(), &dtype);
+  aoti_torch_get_device_type(input.get(), &device_type);
+  aoti_torch_get_device_index(input.get(), &device_index);
+  const int64_t m = input.size(0), h = input.size(1);
+  return {empty_strided({m, h}, {h, 1}, aoti_torch_dtype_float8_e4m3fn(), device_type, device_index),
+          empty_strided({m, h / kBlock}, {1, scale_column_stride(m)}, aoti_torch_dtype_float32(), device_type,
+                        device_index),
+          empty_strided({m, h}, {h, 1}, dtype, device_type, device_index)};
+}
+
+RowArgs prepare(const char* op, const Tensor& input, const Tensor* residual, const Tensor& weight, double eps,
+                bool scale_ue8m0, const Tensor& out, const Tensor& block_scale, const OptTensor& normed_out) {
+  check_inputs(op, input, residual, weight, eps);
   check_outputs(op, input, scale_ue8m0, out, block_scale, normed_out);
   check_no_overlap(op, input, residual, weight, out, block_scale, normed_out);
   return row_args(input, residual, weight, eps, scale_ue8m0, out, block_scale, normed_out);
 }
 
-RowArgs row_args(const at::Tensor& input, const at::Tensor* residual, const at::Tensor& weight, double eps,
-                 bool scale_ue8m0, const at::Tensor& out, const at::Tensor& block_scale,
-                 const std::optional<at::Tensor>& normed_out) {
+RowArgs row_args(const Tensor& input, const Tensor* residual, const Tensor& weight, double eps, bool scale_ue8m0,
+                 const Tensor& out, const Tensor& block_scale, const OptTensor& normed_out) {
   RowArgs a;
   a.rows = input.size(0);
   a.hidden = input.size(1);
@@ -240,10 +292,10 @@ RowArgs row_args(const at::Tensor& input, const at::Tensor* residual, const at::
     a.residual_stride = residual->stride(0);
   }
   a.weight = weight.data_ptr();
-  a.weight_is_float = weight.scalar_type() == at::kFloat;
+  a.weight_is_float = weight.scalar_type() == ScalarType::Float;
   a.out = out.data_ptr();
   a.out_stride = out.stride(0);
-  a.scale_packed = block_scale.scalar_type() == at::kInt;
+  a.scale_packed = block_scale.scalar_type() == ScalarType::Int;
   a.block_scale = static_cast<float*>(block_scale.data_ptr());
   a.scale_stride_row = block_scale.stride(0);
   a.scale_stride_col = block_scale.stride(1);

@@ -2,7 +2,7 @@
 // torch_fp8norm/reference.py is the specification; every function here names the line it implements.
 #pragma once
 
-#include <c10/macros/Macros.h>
+#include <torch/headeronly/macros/Macros.h>  // C10_HOST_DEVICE
 
 #include <cmath>
 #include <cstdint>

@@ -1,20 +1,22 @@
-// CPU kernels of the .out ops: one task per group of rows (at::parallel_for); each row is read
+// The CPU kernel of the ops: one task per group of rows (torch::stable::parallel_for); each row is read
 // from memory once (pass 1: residual add, sum of squares) and then re-read from cache
 // (pass 2: normalize, 1x128 amax, quantize), with no temporaries beyond a few 128-value blocks.
 // The loops are written for the compiler to vectorize; on x86-64 (GCC) they are compiled for
 // three instruction sets and the CPU picks one at the first call (cpu_isa).
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-#include <torch/library.h>
+#include "cpu.h"
+
+#include <torch/csrc/stable/ops.h>
+#include <torch/headeronly/util/BFloat16.h>
+#include <torch/headeronly/util/Half.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <string>
 
-#include "../common/fp8norm.h"
 #include "../common/numerics.h"
 
 namespace fp8norm {
+namespace cpu {
 namespace {
 
 // float -> float8_e4m3fn byte, with the reference's clamp(-448, 448) folded in: the same bits as
@@ -64,8 +66,8 @@ struct Block {
 // inline them), called once per block, from the AVX2 / AVX-512 builds only.
 #define FP8NORM_F16C __attribute__((target("avx,f16c")))
 template <>
-struct Block<c10::Half, true> {
-  static FP8NORM_F16C void to_float(const c10::Half* p, float* f) {
+struct Block<torch::headeronly::Half, true> {
+  static FP8NORM_F16C void to_float(const torch::headeronly::Half* p, float* f) {
     for (int j = 0; j < kBlock; j += 8) {
       _mm256_storeu_ps(f + j, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j))));
     }
@@ -75,7 +77,7 @@ struct Block<c10::Half, true> {
       _mm256_storeu_ps(f + j, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(f + j), _MM_FROUND_TO_NEAREST_INT)));
     }
   }
-  static FP8NORM_F16C void store(c10::Half* p, const float* f) {
+  static FP8NORM_F16C void store(torch::headeronly::Half* p, const float* f) {
     for (int j = 0; j < kBlock; j += 8) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(p + j),
                        _mm256_cvtps_ph(_mm256_loadu_ps(f + j), _MM_FROUND_TO_NEAREST_INT));
@@ -172,12 +174,12 @@ Isa cpu_isa() {
     } else if (want == "avx512") {
       chosen = Isa::kAvx512;
     } else {
-      TORCH_CHECK(want == "baseline", "fp8norm: FP8NORM_CPU_ISA must be baseline, avx2 or avx512, got '", want, "'");
+      FP8NORM_CHECK(want == "baseline", "fp8norm: FP8NORM_CPU_ISA must be baseline, avx2 or avx512, got '", want, "'");
     }
-    TORCH_CHECK(FP8NORM_CPU_X86_ISAS || chosen == Isa::kBaseline, "fp8norm: FP8NORM_CPU_ISA=", want,
+    FP8NORM_CHECK(FP8NORM_CPU_X86_ISAS || chosen == Isa::kBaseline, "fp8norm: FP8NORM_CPU_ISA=", want,
                 ", but this build has the baseline kernel only (avx2 and avx512 are built on x86-64 by "
                 "GCC 12 or later)");
-    TORCH_CHECK(chosen <= best, "fp8norm: FP8NORM_CPU_ISA=", want, ", but this CPU supports at most ",
+    FP8NORM_CHECK(chosen <= best, "fp8norm: FP8NORM_CPU_ISA=", want, ", but this CPU supports at most ",
                 isa_name(best));
     return chosen;
   }();
@@ -197,11 +199,11 @@ FP8NORM_CPU_ROWS(rows_avx512, true, __attribute__((target("arch=x86-64-v4"))))
 #undef FP8NORM_CPU_ROWS
 
 template <typename T, typename W>
-void run(const RowArgs& a) {
+void run_typed(const RowArgs& a) {
   // Enough rows per task to amortize scheduling: at least ~32k elements.
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / a.hidden);
   [[maybe_unused]] const Isa isa = cpu_isa();  // checks FP8NORM_CPU_ISA on every platform
-  at::parallel_for(0, a.rows, grain, [&](int64_t begin, int64_t end) {
+  torch::stable::parallel_for(0, a.rows, grain, [&](int64_t begin, int64_t end) {
 #if FP8NORM_CPU_X86_ISAS
     if (isa == Isa::kAvx512) return rows_avx512<T, W>(a, begin, end);
     if (isa == Isa::kAvx2) return rows_avx2<T, W>(a, begin, end);
@@ -210,48 +212,25 @@ void run(const RowArgs& a) {
   });
 }
 
-// The activation dtypes the ops accept (prepare() has checked): no kernels for others.
-void dispatch(const RowArgs& a, at::ScalarType dtype) {
+}  // namespace
+
+void run(const RowArgs& a, const Tensor& input) {
   if (a.rows == 0) return;
   auto with_weight = [&](auto t) {
     using T = decltype(t);
     if (a.weight_is_float) {
-      run<T, float>(a);
+      run_typed<T, float>(a);
     } else {
-      run<T, T>(a);
+      run_typed<T, T>(a);
     }
   };
-  switch (dtype) {
-    case at::kBFloat16: with_weight(c10::BFloat16{}); break;
-    case at::kHalf: with_weight(c10::Half{}); break;
-    case at::kFloat: with_weight(float{}); break;
-    default: TORCH_CHECK(false, "fp8norm: unsupported dtype ", dtype);
+  switch (input.scalar_type()) {
+    case ScalarType::BFloat16: with_weight(torch::headeronly::BFloat16{}); break;
+    case ScalarType::Half: with_weight(torch::headeronly::Half{}); break;
+    case ScalarType::Float: with_weight(float{}); break;
+    default: fail(cat("fp8norm: unsupported dtype ", dtype_str(input.scalar_type())));
   }
 }
 
-void fused_add_rmsnorm_fp8_block_quant_out_cpu(const at::Tensor& input, const at::Tensor& residual,
-                                               const at::Tensor& weight, double eps, bool ue8m0,
-                                               const at::Tensor& out, const at::Tensor& block_scale,
-                                               const std::optional<at::Tensor>& normed_out) {
-  const RowArgs a = prepare(kFusedOp, input, &residual, weight, eps, ue8m0, out, block_scale,
-                            normed_out);
-  dispatch(a, input.scalar_type());
-}
-
-void rmsnorm_fp8_block_quant_out_cpu(const at::Tensor& input, const at::Tensor& weight, double eps,
-                                     bool ue8m0, const at::Tensor& out,
-                                     const at::Tensor& block_scale,
-                                     const std::optional<at::Tensor>& normed_out) {
-  const RowArgs a =
-      prepare(kPlainOp, input, nullptr, weight, eps, ue8m0, out, block_scale, normed_out);
-  dispatch(a, input.scalar_type());
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(fp8norm, CPU, m) {
-  m.impl("fused_add_rmsnorm_fp8_block_quant.out", &fused_add_rmsnorm_fp8_block_quant_out_cpu);
-  m.impl("rmsnorm_fp8_block_quant.out", &rmsnorm_fp8_block_quant_out_cpu);
-}
-
+}  // namespace cpu
 }  // namespace fp8norm

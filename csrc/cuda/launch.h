@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "../common/fp8norm.h"
+#include "../common/row_args.h"
 #include "launch_policy.h"
 
 namespace fp8norm {

@@ -2,11 +2,11 @@
 // kernel_<dtype>.cu per activation dtype (split for parallel builds).
 #pragma once
 
-#include <c10/cuda/CUDAException.h>
-#include <c10/util/Exception.h>
+#include <torch/csrc/stable/macros.h>  // STD_CUDA_CHECK (the CUDA library builds with USE_CUDA)
 
 #include <type_traits>
 
+#include "../common/check.h"
 #include "launch.h"
 #include "row_kernel.cuh"
 #include "tile_kernel.cuh"
@@ -34,7 +34,7 @@ KernelFn kernel_for(const launch::Plan& plan, bool aligned) {
   using K = launch::Kernel;
   constexpr bool kTwoBytes = sizeof(T) == 2;
   constexpr bool kRowFourBuilt = !(R && std::is_same_v<W, float> && kTwoBytes);
-  TORCH_INTERNAL_ASSERT(!launch::is_row_kernel(plan.kernel) || aligned, "row kernels need aligned rows");
+  FP8NORM_CHECK(!launch::is_row_kernel(plan.kernel) || aligned, "fp8norm: row kernels need aligned rows");
   switch (plan.kernel) {
     case K::kRow: return row_kernel_for<T, W, R, 1, 16, false>(plan.one_stride);
     case K::kRowNarrow:
@@ -54,8 +54,7 @@ KernelFn kernel_for(const launch::Plan& plan, bool aligned) {
     case K::kCluster1: return tile_kernel_for<T, W, R, 1, TileLayout::kCluster>(aligned);
     case K::kCluster4: return tile_kernel_for<T, W, R, 4, TileLayout::kCluster>(aligned);
   }
-  TORCH_CHECK(false, "fp8norm: kernel ", launch::kernel_name(plan.kernel), " is not built for this dtype");
-  return nullptr;
+  fail(cat("fp8norm: kernel ", launch::kernel_name(plan.kernel), " is not built for this dtype"));
 }
 
 template <typename F>
@@ -75,7 +74,7 @@ void launch(const RowArgs& a, bool aligned, const launch::Plan& plan, cudaStream
     with_bool(a.residual != nullptr, [&](auto res) { kernel = kernel_for<T, W, decltype(res)::value>(plan, aligned); });
   });
   if (plan.smem_bytes > 48 * 1024) {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    STD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(plan.smem_bytes)));
   }
   cudaLaunchConfig_t lc = {};
@@ -110,8 +109,8 @@ void launch(const RowArgs& a, bool aligned, const launch::Plan& plan, cudaStream
   s.inv_hidden = 1.0 / static_cast<double>(a.hidden);
   s.scale_keep_rows = plan.scale_keep_rows;
   s.scale_demote_rows = plan.scale_demote_rows;
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, a, s));
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  STD_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, a, s));
+  STD_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace cuda

@@ -1,22 +1,36 @@
-// CUDA kernels of the ops: validation (shared with CPU), device guard, current stream, the
-// problem's facts and the launch plan (launch_policy.h), then the launch. The functional ops
-// have CUDA kernels of their own (else the backend-independent one in registration.cpp runs):
-// their outputs come straight from the CUDA allocator, not through the dispatcher (host time
-// per call).
-#include <ATen/ATen.h>
-#include <ATen/cuda/EmptyTensor.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#include <torch/library.h>
+// The CUDA library (torch_fp8norm._C_cu<CUDA major>): the CUDA kernels of the four ops (common/kernels.h:
+// validation shared with CPU, then run: device guard, current stream, the problem's facts and the
+// launch plan, launch_policy.h, then the launch), and the CUDA test hooks. It links libtorch_cuda
+// for the current stream, so it is loaded only where torch has CUDA.
+#include <Python.h>
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>  // aoti_torch_get_current_cuda_stream (USE_CUDA)
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/macros.h>
 
 #include <array>
 #include <cstdlib>
 #include <mutex>
 #include <string>
 
+#include "../common/kernels.h"
 #include "launch.h"
 #include "launch_policy.h"
+
+// `import torch_fp8norm._C_cu<CUDA major>` (torch_fp8norm/__init__.py, beside a torch of that CUDA
+// major version) loads this library, whose static initializers register the CUDA kernels. setup.py
+// names the module (FP8NORM_CUDA_MODULE).
+#define FP8NORM_CONCAT(a, b) FP8NORM_CONCAT_(a, b)
+#define FP8NORM_CONCAT_(a, b) a##b
+#define FP8NORM_STR(a) FP8NORM_STR_(a)
+#define FP8NORM_STR_(a) #a
+extern "C" {
+PyMODINIT_FUNC FP8NORM_CONCAT(PyInit_, FP8NORM_CUDA_MODULE)(void) {
+  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, FP8NORM_STR(FP8NORM_CUDA_MODULE), nullptr, -1,
+                                          nullptr};
+  return PyModule_Create(&module_def);
+}
+}
 
 namespace fp8norm {
 namespace cuda {
@@ -43,7 +57,7 @@ __global__ void image_probe() {}
 // capability, says whether the kernels hold the sm_90 instructions (clusters, PDL, L2 hints).
 int image_arch() {
   cudaFuncAttributes attr{};
-  C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, image_probe));
+  STD_CUDA_CHECK(cudaFuncGetAttributes(&attr, image_probe));
   return attr.ptxVersion;
 }
 
@@ -52,12 +66,11 @@ int image_arch() {
 const launch::Device& device_facts(int device) {
   static std::array<launch::Device, kMaxDevices> facts;
   static std::array<std::once_flag, kMaxDevices> once;
-  TORCH_CHECK(device >= 0 && device < kMaxDevices, "fp8norm: CUDA device index ", to_str(device),
-              " out of range");
+  FP8NORM_CHECK(device >= 0 && device < kMaxDevices, "fp8norm: CUDA device index ", device, " out of range");
   std::call_once(once[device], [device] {
     auto attribute = [&](cudaDeviceAttr attr) {
       int value = 0;
-      C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, device));
+      STD_CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, device));
       return value;
     };
     launch::Device& d = facts[device];
@@ -117,7 +130,7 @@ const launch::Plan& plan_for(const launch::Problem& p, int device) {
   const launch::Device& d = device_facts(device);
   if (force) {
     const std::string why = launch::check_forced(p, d, *force);
-    TORCH_CHECK(why.empty(), "fp8norm: forced kernel ", launch::kernel_name(*force), " cannot run this call: ", why);
+    FP8NORM_CHECK(why.empty(), "fp8norm: forced kernel ", launch::kernel_name(*force), " cannot run this call: ", why);
   }
   last.plan = launch::plan(p, d, force);
   last.problem = p;
@@ -126,83 +139,57 @@ const launch::Plan& plan_for(const launch::Problem& p, int device) {
   return last.plan;
 }
 
-void run(const RowArgs& a, const at::Tensor& input) {
+void run(const RowArgs& a, const Tensor& input) {
   if (a.rows == 0) return;
-  TORCH_CHECK(a.hidden < (int64_t{1} << 31), "fp8norm: H must be below 2^31, got ", to_str(a.hidden));
-  const c10::cuda::CUDAGuard guard(input.device());
-  const int device = input.device().index();
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device);
-  const int64_t es = input.element_size();
+  FP8NORM_CHECK(a.hidden < (int64_t{1} << 31), "fp8norm: H must be below 2^31, got ", a.hidden);
+  const int device = input.get_device_index();
+  const torch::stable::accelerator::DeviceGuard guard(device);
+  void* stream = nullptr;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(device, &stream));
+  const ScalarType dtype = input.scalar_type();
+  const int64_t es = dtype == ScalarType::Float ? 4 : 2;
   const launch::Problem p = problem_of(a, es);
   const launch::Plan& plan = plan_for(p, device);
-  TORCH_CHECK(plan.ctas <= int64_t{0x7FFFFFFF}, "fp8norm: too many rows for one launch: ", to_str(a.rows));
-  switch (input.scalar_type()) {
-    case at::kBFloat16: launch<__nv_bfloat16>(a, p.aligned, plan, stream); break;
-    case at::kHalf: launch<__half>(a, p.aligned, plan, stream); break;
-    case at::kFloat: launch<float>(a, p.aligned, plan, stream); break;
-    default: TORCH_CHECK(false, "fp8norm: unsupported dtype ", input.scalar_type());
+  FP8NORM_CHECK(plan.ctas <= int64_t{0x7FFFFFFF}, "fp8norm: too many rows for one launch: ", a.rows);
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case ScalarType::BFloat16: launch<__nv_bfloat16>(a, p.aligned, plan, s); break;
+    case ScalarType::Half: launch<__half>(a, p.aligned, plan, s); break;
+    case ScalarType::Float: launch<float>(a, p.aligned, plan, s); break;
+    default: fail(cat("fp8norm: unsupported dtype ", dtype_str(dtype)));
   }
-}
-
-void fused_add_rmsnorm_fp8_block_quant_out_cuda(const at::Tensor& input, const at::Tensor& residual,
-                                                const at::Tensor& weight, double eps, bool ue8m0,
-                                                const at::Tensor& out, const at::Tensor& block_scale,
-                                                const std::optional<at::Tensor>& normed_out) {
-  run(prepare(kFusedOp, input, &residual, weight, eps, ue8m0, out, block_scale, normed_out), input);
-}
-
-void rmsnorm_fp8_block_quant_out_cuda(const at::Tensor& input, const at::Tensor& weight, double eps,
-                                      bool ue8m0, const at::Tensor& out,
-                                      const at::Tensor& block_scale,
-                                      const std::optional<at::Tensor>& normed_out) {
-  run(prepare(kPlainOp, input, nullptr, weight, eps, ue8m0, out, block_scale, normed_out), input);
-}
-
-using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
-
-// The functional ops: allocate_outputs' layout, allocated on input's device. The inputs are
-// validated once; fresh outputs have the layout check_outputs asks for, and check_no_overlap
-// still holds the residual against input and weight.
-Outputs functional(const char* op, const at::Tensor& input, const at::Tensor* residual, const at::Tensor& weight,
-                   double eps, bool ue8m0) {
-  check_inputs(op, input, residual, weight);
-  const int64_t m = input.size(0), h = input.size(1);
-  const c10::Device device = input.device();
-  at::Tensor out = at::detail::empty_cuda({m, h}, at::kFloat8_e4m3fn, device, std::nullopt);
-  at::Tensor block_scale =
-      at::detail::empty_strided_cuda({m, h / launch::kBlock}, {1, scale_column_stride(m)}, at::kFloat, device);
-  at::Tensor normed = at::detail::empty_cuda({m, h}, input.scalar_type(), device, std::nullopt);
-  check_no_overlap(op, input, residual, weight, out, block_scale, normed);
-  run(row_args(input, residual, weight, eps, ue8m0, out, block_scale, normed), input);
-  return {std::move(out), std::move(block_scale), std::move(normed)};
-}
-
-Outputs fused_add_rmsnorm_fp8_block_quant_cuda(const at::Tensor& input, const at::Tensor& residual,
-                                               const at::Tensor& weight, double eps, bool ue8m0) {
-  return functional(kFusedOp, input, &residual, weight, eps, ue8m0);
-}
-
-Outputs rmsnorm_fp8_block_quant_cuda(const at::Tensor& input, const at::Tensor& weight, double eps, bool ue8m0) {
-  return functional(kPlainOp, input, nullptr, weight, eps, ue8m0);
 }
 
 // fp8norm::_kernel_image_arch: image_arch() of a device (tests: what the launch policy is told).
 int64_t kernel_image_arch(int64_t device) {
-  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  const torch::stable::accelerator::DeviceGuard guard(static_cast<int32_t>(device));
   return device_facts(static_cast<int>(device)).image_arch;
+}
+
+// fp8norm::_force_kernel: the test hook; every CUDA launch takes this kernel ("": the policy's).
+void force_kernel(std::string name) {
+  std::optional<launch::Kernel> k;
+  if (!name.empty()) {
+    k = launch::kernel_from_name(name);
+    FP8NORM_CHECK(k.has_value(), "fp8norm._force_kernel: no kernel named '", name, "'");
+  }
+  launch::set_forced_kernel(k);
 }
 
 }  // namespace
 
 }  // namespace cuda
+}  // namespace fp8norm
 
-TORCH_LIBRARY_FRAGMENT(fp8norm, m) { m.def("_kernel_image_arch(int device) -> int", &cuda::kernel_image_arch); }
-
-TORCH_LIBRARY_IMPL(fp8norm, CUDA, m) {
-  m.impl("fused_add_rmsnorm_fp8_block_quant", &cuda::fused_add_rmsnorm_fp8_block_quant_cuda);
-  m.impl("fused_add_rmsnorm_fp8_block_quant.out", &cuda::fused_add_rmsnorm_fp8_block_quant_out_cuda);
-  m.impl("rmsnorm_fp8_block_quant", &cuda::rmsnorm_fp8_block_quant_cuda);
-  m.impl("rmsnorm_fp8_block_quant.out", &cuda::rmsnorm_fp8_block_quant_out_cuda);
+// Private, for the tests (the launch policy's hooks that act on CUDA launches).
+STABLE_TORCH_LIBRARY_FRAGMENT(fp8norm, m) {
+  m.def("_kernel_image_arch(int device) -> int");
+  m.def("_force_kernel(str name) -> ()");
 }
 
-}  // namespace fp8norm
+STABLE_TORCH_LIBRARY_IMPL(fp8norm, CompositeExplicitAutograd, m) {
+  m.impl("_kernel_image_arch", TORCH_BOX(&fp8norm::cuda::kernel_image_arch));
+  m.impl("_force_kernel", TORCH_BOX(&fp8norm::cuda::force_kernel));
+}
+
+STABLE_TORCH_LIBRARY_IMPL(fp8norm, CUDA, m) { FP8NORM_REGISTER_KERNELS(m, fp8norm::Kernels<&fp8norm::cuda::run>); }

@@ -17,7 +17,7 @@
 // order: lanes past the row's end add exact zeros).
 #pragma once
 
-#include "../common/fp8norm.h"
+#include "../common/row_args.h"
 #include "../common/numerics.h"
 #include "launch.h"
 #include "quantize.cuh"

@@ -17,7 +17,7 @@
 //    lanes and writes normed (optional), fp8 and the block scale.
 #pragma once
 
-#include "../common/fp8norm.h"
+#include "../common/row_args.h"
 #include "../common/numerics.h"
 #include "launch.h"
 #include "quantize.cuh"

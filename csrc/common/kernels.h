@@ -1,0 +1,54 @@
+// The four ops' kernels of one backend, given its runner `Run(args, input)`: the .out ops
+// validate and run; the functional ops validate the inputs, allocate allocate_outputs' layout
+// on input's device and run (fresh outputs pass check_outputs by construction; the residual is
+// still checked against input and weight). Registered with TORCH_BOX by each library.
+#pragma once
+
+#include <tuple>
+
+#include "fp8norm.h"
+
+namespace fp8norm {
+
+using Outputs = std::tuple<Tensor, Tensor, Tensor>;
+
+template <void (*Run)(const RowArgs&, const Tensor& input)>
+struct Kernels {
+  static void fused_out(const Tensor& input, const Tensor& residual, const Tensor& weight, double eps, bool ue8m0,
+                        const Tensor& out, const Tensor& block_scale, const OptTensor& normed_out) {
+    Run(prepare(kFusedOp, input, &residual, weight, eps, ue8m0, out, block_scale, normed_out), input);
+  }
+
+  static void plain_out(const Tensor& input, const Tensor& weight, double eps, bool ue8m0, const Tensor& out,
+                        const Tensor& block_scale, const OptTensor& normed_out) {
+    Run(prepare(kPlainOp, input, nullptr, weight, eps, ue8m0, out, block_scale, normed_out), input);
+  }
+
+  static Outputs fused(const Tensor& input, const Tensor& residual, const Tensor& weight, double eps, bool ue8m0) {
+    return functional(kFusedOp, input, &residual, weight, eps, ue8m0);
+  }
+
+  static Outputs plain(const Tensor& input, const Tensor& weight, double eps, bool ue8m0) {
+    return functional(kPlainOp, input, nullptr, weight, eps, ue8m0);
+  }
+
+ private:
+  static Outputs functional(const char* op, const Tensor& input, const Tensor* residual, const Tensor& weight,
+                            double eps, bool ue8m0) {
+    check_inputs(op, input, residual, weight, eps);
+    Outputs outs = allocate_outputs(input);
+    const auto& [out, block_scale, normed] = outs;
+    check_no_overlap(op, input, residual, weight, out, block_scale, normed);
+    Run(row_args(input, residual, weight, eps, ue8m0, out, block_scale, normed), input);
+    return outs;
+  }
+};
+
+// Registers a backend's kernels of the four ops in a STABLE_TORCH_LIBRARY_IMPL block.
+#define FP8NORM_REGISTER_KERNELS(m, K)                                     \
+  m.impl("fused_add_rmsnorm_fp8_block_quant", TORCH_BOX(&K::fused));       \
+  m.impl("fused_add_rmsnorm_fp8_block_quant.out", TORCH_BOX(&K::fused_out)); \
+  m.impl("rmsnorm_fp8_block_quant", TORCH_BOX(&K::plain));                 \
+  m.impl("rmsnorm_fp8_block_quant.out", TORCH_BOX(&K::plain_out))
+
+}  // namespace fp8norm
