@@ -96,7 +96,7 @@ PY
 # Beside the CI venv's torch (a CUDA build).
 python3 -m venv "$work/venv"
 torch_version=$(python -c "import torch; print(torch.__version__.split('+')[0])")
-"$work/venv/bin/python" -m pip install -q "torch==$torch_version" "$wheel"
+"$work/venv/bin/python" -m pip install -q "torch==$torch_version" numpy "$wheel"
 smoke "$work/venv/bin/python"
 
 # Beside torch 2.13.0's CPU build (on this machine's disk): no CUDA library loaded, and the whole
