@@ -25,12 +25,17 @@ def _fail(op: str, message: str):
     raise RuntimeError(f"{op}: {message}")
 
 
-def _rows(op, what, t, input, dtype):
-    """[M, H] of input's shape and device, `dtype`, last dim contiguous (args.cpp: check_rows)."""
-    if t.dim() != 2:
-        _fail(op, f"{what} must be 2-D [M, H], got {t.dim()}-D")
+def _placed(op, what, t, input, rank, shape):
+    """`rank`-D, on input's device."""
+    if t.dim() != rank:
+        _fail(op, f"{what} must be {rank}-D {shape}, got {t.dim()}-D")
     if t.device != input.device:
         _fail(op, f"{what} must be on {input.device} like input, got {t.device}")
+
+
+def _rows(op, what, t, input, dtype):
+    """[M, H] of input's shape and device, `dtype`, last dim contiguous (args.cpp: check_rows)."""
+    _placed(op, what, t, input, 2, "[M, H]")
     if t.dtype != dtype:
         _fail(op, f"{what} must have dtype {_name(dtype)}, got {_name(t.dtype)}")
     torch._check(t.shape[0] == input.shape[0] and t.shape[1] == input.shape[1],
@@ -51,10 +56,7 @@ def check_inputs(op, input, residual, weight, eps):
                                                f"got strides {_list(input.stride())}")
     if residual is not None:
         _rows(op, "residual", residual, input, input.dtype)
-    if weight.dim() != 1:
-        _fail(op, f"weight must be 1-D [H], got {weight.dim()}-D")
-    if weight.device != input.device:
-        _fail(op, f"weight must be on {input.device} like input, got {weight.device}")
+    _placed(op, "weight", weight, input, 1, "[H]")
     if weight.dtype not in (input.dtype, torch.float32):
         _fail(op, f"weight must have input's dtype ({_name(input.dtype)}) or float32, got {_name(weight.dtype)}")
     torch._check(weight.shape[0] == h, lambda: f"{op}: weight must have H = {h} elements, got {weight.shape[0]}")
@@ -67,10 +69,7 @@ def check_outputs(op, input, scale_ue8m0, out, block_scale, normed_out):
     _rows(op, "out", out, input, torch.float8_e4m3fn)
     if normed_out is not None:
         _rows(op, "normed_out", normed_out, input, input.dtype)
-    if block_scale.dim() != 2:
-        _fail(op, f"block_scale must be 2-D [M, H/128], got {block_scale.dim()}-D")
-    if block_scale.device != input.device:
-        _fail(op, f"block_scale must be on {input.device} like input, got {block_scale.device}")
+    _placed(op, "block_scale", block_scale, input, 2, "[M, H/128]")
     packed = block_scale.dtype == torch.int32
     if not (block_scale.dtype == torch.float32 or (packed and scale_ue8m0)):
         _fail(op, "block_scale must have dtype float32, or int32 (packed UE8M0 exponents) with scale_ue8m0=True, "
