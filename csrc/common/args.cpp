@@ -1,7 +1,6 @@
 #include "fp8norm.h"
 
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
-#include <torch/csrc/stable/macros.h>
 
 #include <algorithm>
 #include <array>
@@ -253,7 +252,7 @@ namespace {
 Tensor empty_strided(std::array<int64_t, 2> sizes, std::array<int64_t, 2> strides, int32_t dtype, int32_t device_type,
                      int32_t device_index) {
   AtenTensorHandle handle = nullptr;
-  STABLE_TORCH_ERROR_CODE_CHECK(
+  FP8NORM_SHIM_CHECK(
       aoti_torch_empty_strided(2, sizes.data(), strides.data(), dtype, device_type, device_index, &handle));
   return Tensor(handle);
 }

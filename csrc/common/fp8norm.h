@@ -4,8 +4,10 @@
 // torch/headeronly), so that one build loads on every torch from the targeted release on.
 #pragma once
 
+#include <torch/csrc/stable/macros.h>
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/core/ScalarType.h>
+#include <torch/headeronly/util/shim_utils.h>
 
 #include <cstdint>
 #include <optional>
@@ -14,6 +16,16 @@
 
 #include "check.h"
 #include "row_args.h"
+
+// Checks a C-shim call (an allocation, the current stream). The stable ABI's own check raises with
+// the error the shim caught (say, CUDA's out-of-memory text); headers of torch releases that lack
+// it get the header-only check, which names the failed call alone. Source builds then compile
+// against any torch the wheel serves.
+#ifdef STABLE_TORCH_ERROR_CODE_CHECK
+#define FP8NORM_SHIM_CHECK(call) STABLE_TORCH_ERROR_CODE_CHECK(call)
+#else
+#define FP8NORM_SHIM_CHECK(call) TORCH_ERROR_CODE_CHECK(call)
+#endif
 
 namespace fp8norm {
 

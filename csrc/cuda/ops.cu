@@ -145,7 +145,7 @@ void run(const RowArgs& a, const Tensor& input) {
   const int device = input.get_device_index();
   const torch::stable::accelerator::DeviceGuard guard(device);
   void* stream = nullptr;
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(device, &stream));
+  FP8NORM_SHIM_CHECK(aoti_torch_get_current_cuda_stream(device, &stream));
   const ScalarType dtype = input.scalar_type();
   const int64_t es = dtype == ScalarType::Float ? 4 : 2;
   const launch::Problem p = problem_of(a, es);
