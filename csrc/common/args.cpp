@@ -52,14 +52,28 @@ const char* dtype_str(ScalarType t) {
 
 namespace {
 
-// What the checks read of a tensor, read once (each is a call into libtorch's C shim).
+// What the checks and the kernels' arguments read of a tensor, read once: each read is a call
+// into libtorch's C shim, and an op reads up to six tensors on every call.
 struct Info {
-  Info(const Tensor& t)  // NOLINT(google-explicit-constructor)
-      : dim(t.dim()), sizes(t.sizes()), strides(t.strides()), dtype(t.scalar_type()), device(t.device()) {}
-  int64_t dim;
+  explicit Info(const Tensor& t) : dtype(t.scalar_type()), device(t.device()), data(t.data_ptr()) {
+    int64_t* s = nullptr;
+    int64_t* st = nullptr;
+    FP8NORM_SHIM_CHECK(aoti_torch_get_dim(t.get(), &dim));
+    FP8NORM_SHIM_CHECK(aoti_torch_get_sizes(t.get(), &s));
+    FP8NORM_SHIM_CHECK(aoti_torch_get_strides(t.get(), &st));
+    sizes = {s, static_cast<size_t>(dim)};
+    strides = {st, static_cast<size_t>(dim)};
+  }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (const int64_t size : sizes) n *= size;
+    return n;
+  }
+  int64_t dim = 0;
   torch::headeronly::IntHeaderOnlyArrayRef sizes, strides;
   ScalarType dtype;
   torch::stable::Device device;
+  void* data;
 };
 
 bool is_activation_dtype(ScalarType t) {
@@ -131,16 +145,29 @@ struct Footprint {
   int64_t rows = 0, row_bytes = 0, row_step = 0;
 };
 
-Footprint footprint(const Tensor& t) {
+// Bytes per element of the dtypes the checks accept.
+int64_t item_size(ScalarType t) {
+  switch (t) {
+    case ScalarType::Float8_e4m3fn: return 1;
+    case ScalarType::Half:
+    case ScalarType::BFloat16: return 2;
+    case ScalarType::Float:
+    case ScalarType::Int: return 4;
+    default: fail(std::string("fp8norm: internal error: no element size for dtype ") + dtype_str(t));
+  }
+  return 0;
+}
+
+Footprint footprint(const Info& t) {
   Footprint f;
   if (t.numel() == 0) return f;
   f.empty = false;
-  const auto sizes = t.sizes();
-  const auto strides = t.strides();
-  const int64_t item = static_cast<int64_t>(t.element_size());
+  const auto& sizes = t.sizes;
+  const auto& strides = t.strides;
+  const int64_t item = item_size(t.dtype);
   int64_t last = 0;
   for (size_t d = 0; d < sizes.size(); ++d) last += (sizes[d] - 1) * strides[d];
-  f.lo = reinterpret_cast<uintptr_t>(t.data_ptr());
+  f.lo = reinterpret_cast<uintptr_t>(t.data);
   f.hi = f.lo + static_cast<uintptr_t>((last + 1) * item);
   if (sizes.size() == 1 && strides[0] == 1) {
     f.row_tensor = true;
@@ -178,10 +205,10 @@ bool overlaps(const Footprint& a, const Footprint& b) {
 }
 
 // Whether a written tensor has two elements at one address.
-bool overlaps_itself(const Tensor& t) {
+bool overlaps_itself(const Info& t) {
   if (t.numel() <= 1) return false;
-  const auto sizes = t.sizes();
-  const auto strides = t.strides();
+  const auto& sizes = t.sizes;
+  const auto& strides = t.strides;
   std::array<std::pair<int64_t, int64_t>, 2> dims;  // (stride, size) of the dims of size > 1
   size_t n = 0;                                      // (the op's tensors have at most two)
   for (size_t d = 0; d < sizes.size(); ++d) {
@@ -197,26 +224,11 @@ bool overlaps_itself(const Tensor& t) {
   return false;
 }
 
-}  // namespace
-
-void check_inputs(const char* op, const Tensor& input, const Tensor* residual, const Tensor& weight, double eps) {
-  if (residual == nullptr) return check_inputs(op, Info(input), nullptr, Info(weight), eps);
-  const Info r(*residual);
-  check_inputs(op, Info(input), &r, Info(weight), eps);
-}
-
-void check_outputs(const char* op, const Tensor& input, bool scale_ue8m0, const Tensor& out, const Tensor& block_scale,
-                   const OptTensor& normed_out) {
-  if (!normed_out.has_value()) return check_outputs(op, Info(input), scale_ue8m0, Info(out), Info(block_scale), nullptr);
-  const Info n(*normed_out);
-  check_outputs(op, Info(input), scale_ue8m0, Info(out), Info(block_scale), &n);
-}
-
-void check_no_overlap(const char* op, const Tensor& input, const Tensor* residual, const Tensor& weight,
-                      const Tensor& out, const Tensor& block_scale, const OptTensor& normed_out) {
+void check_no_overlap(const char* op, const Info& input, const Info* residual, const Info& weight, const Info& out,
+                      const Info& block_scale, const Info* normed_out) {
   struct Arg {
     const char* name;
-    const Tensor* t;
+    const Info* t;
     bool written;
   };
   std::array<Arg, 6> args;  // no allocation: this runs on every call
@@ -226,14 +238,14 @@ void check_no_overlap(const char* op, const Tensor& input, const Tensor* residua
   if (residual != nullptr) args[n++] = {"residual", residual, true};
   args[n++] = {"out", &out, true};
   args[n++] = {"block_scale", &block_scale, true};
-  if (normed_out.has_value()) args[n++] = {"normed_out", &*normed_out, true};
+  if (normed_out != nullptr) args[n++] = {"normed_out", normed_out, true};
 
   std::array<Footprint, 6> prints;
   for (size_t k = 0; k < n; ++k) {
     const Arg& a = args[k];
     if (a.written) {
       FP8NORM_CHECK(!overlaps_itself(*a.t), op, ": ", a.name, " has overlapping elements (its strides ",
-                    to_str(a.t->strides()), " map two elements to one address); it is written, so it must not");
+                    to_str(a.t->strides), " map two elements to one address); it is written, so it must not");
     }
     prints[k] = footprint(*a.t);
   }
@@ -247,7 +259,33 @@ void check_no_overlap(const char* op, const Tensor& input, const Tensor* residua
   }
 }
 
-namespace {
+RowArgs row_args(const Info& input, const Info* residual, const Info& weight, double eps, bool scale_ue8m0,
+                 const Info& out, const Info& block_scale, const Info* normed_out) {
+  RowArgs a;
+  a.rows = input.sizes[0];
+  a.hidden = input.sizes[1];
+  a.input = input.data;
+  a.input_stride = input.strides[0];
+  if (residual != nullptr) {
+    a.residual = residual->data;
+    a.residual_stride = residual->strides[0];
+  }
+  a.weight = weight.data;
+  a.weight_is_float = weight.dtype == ScalarType::Float;
+  a.out = out.data;
+  a.out_stride = out.strides[0];
+  a.scale_packed = block_scale.dtype == ScalarType::Int;
+  a.block_scale = static_cast<float*>(block_scale.data);
+  a.scale_stride_row = block_scale.strides[0];
+  a.scale_stride_col = block_scale.strides[1];
+  if (normed_out != nullptr) {
+    a.normed = normed_out->data;
+    a.normed_stride = normed_out->strides[0];
+  }
+  a.eps = static_cast<float>(eps);
+  a.ue8m0 = scale_ue8m0;
+  return a;
+}
 
 Tensor empty_strided(std::array<int64_t, 2> sizes, std::array<int64_t, 2> strides, int32_t dtype, int32_t device_type,
                      int32_t device_index) {
@@ -256,8 +294,6 @@ Tensor empty_strided(std::array<int64_t, 2> sizes, std::array<int64_t, 2> stride
       aoti_torch_empty_strided(2, sizes.data(), strides.data(), dtype, device_type, device_index, &handle));
   return Tensor(handle);
 }
-
-}  // namespace
 
 std::tuple<Tensor, Tensor, Tensor> allocate_outputs(const Tensor& input) {
   int32_t dtype = 0, device_type = 0, device_index = 0;
@@ -271,40 +307,31 @@ std::tuple<Tensor, Tensor, Tensor> allocate_outputs(const Tensor& input) {
           empty_strided({m, h}, {h, 1}, dtype, device_type, device_index)};
 }
 
+}  // namespace
+
 RowArgs prepare(const char* op, const Tensor& input, const Tensor* residual, const Tensor& weight, double eps,
                 bool scale_ue8m0, const Tensor& out, const Tensor& block_scale, const OptTensor& normed_out) {
-  check_inputs(op, input, residual, weight, eps);
-  check_outputs(op, input, scale_ue8m0, out, block_scale, normed_out);
-  check_no_overlap(op, input, residual, weight, out, block_scale, normed_out);
-  return row_args(input, residual, weight, eps, scale_ue8m0, out, block_scale, normed_out);
+  const Info i(input), w(weight), o(out), s(block_scale);
+  const std::optional<Info> r = residual != nullptr ? std::optional<Info>(Info(*residual)) : std::nullopt;
+  const std::optional<Info> n = normed_out.has_value() ? std::optional<Info>(Info(*normed_out)) : std::nullopt;
+  const Info* rp = r ? &*r : nullptr;
+  const Info* np = n ? &*n : nullptr;
+  check_inputs(op, i, rp, w, eps);
+  check_outputs(op, i, scale_ue8m0, o, s, np);
+  check_no_overlap(op, i, rp, w, o, s, np);
+  return row_args(i, rp, w, eps, scale_ue8m0, o, s, np);
 }
 
-RowArgs row_args(const Tensor& input, const Tensor* residual, const Tensor& weight, double eps, bool scale_ue8m0,
-                 const Tensor& out, const Tensor& block_scale, const OptTensor& normed_out) {
-  RowArgs a;
-  a.rows = input.size(0);
-  a.hidden = input.size(1);
-  a.input = input.data_ptr();
-  a.input_stride = input.stride(0);
-  if (residual != nullptr) {
-    a.residual = residual->data_ptr();
-    a.residual_stride = residual->stride(0);
-  }
-  a.weight = weight.data_ptr();
-  a.weight_is_float = weight.scalar_type() == ScalarType::Float;
-  a.out = out.data_ptr();
-  a.out_stride = out.stride(0);
-  a.scale_packed = block_scale.scalar_type() == ScalarType::Int;
-  a.block_scale = static_cast<float*>(block_scale.data_ptr());
-  a.scale_stride_row = block_scale.stride(0);
-  a.scale_stride_col = block_scale.stride(1);
-  if (normed_out.has_value()) {
-    a.normed = normed_out->data_ptr();
-    a.normed_stride = normed_out->stride(0);
-  }
-  a.eps = static_cast<float>(eps);
-  a.ue8m0 = scale_ue8m0;
-  return a;
+std::pair<RowArgs, Outputs> prepare_functional(const char* op, const Tensor& input, const Tensor* residual,
+                                               const Tensor& weight, double eps, bool scale_ue8m0) {
+  const Info i(input), w(weight);
+  const std::optional<Info> r = residual != nullptr ? std::optional<Info>(Info(*residual)) : std::nullopt;
+  const Info* rp = r ? &*r : nullptr;
+  check_inputs(op, i, rp, w, eps);
+  Outputs outs = allocate_outputs(input);
+  const Info o(std::get<0>(outs)), s(std::get<1>(outs)), n(std::get<2>(outs));
+  check_no_overlap(op, i, rp, w, o, s, &n);  // the residual against input and weight
+  return {row_args(i, rp, w, eps, scale_ue8m0, o, s, &n), std::move(outs)};
 }
 
 }  // namespace fp8norm

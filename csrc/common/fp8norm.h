@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "check.h"
 #include "row_args.h"
@@ -42,32 +43,24 @@ const char* dtype_str(ScalarType t);                              // "bfloat16",
 constexpr const char* kFusedOp = "fp8norm.fused_add_rmsnorm_fp8_block_quant";
 constexpr const char* kPlainOp = "fp8norm.rmsnorm_fp8_block_quant";
 
-// Checks of dtypes, devices, ranks, shapes, strides and eps (finite and >= 0). residual is null
-// for rmsnorm_fp8_block_quant. torch_fp8norm/_fake.py states the same rules on symbolic shapes
-// for fake tensors (torch.compile), with the same messages.
-void check_inputs(const char* op, const Tensor& input, const Tensor* residual, const Tensor& weight, double eps);
-// block_scale: float32 [M, H/128], or with scale_ue8m0 packed UE8M0 exponents, int32
-// [M, ceil(H/512)] (byte g % 4 of word g / 4 is block g's exponent, padding bytes zero).
-void check_outputs(const char* op, const Tensor& input, bool scale_ue8m0, const Tensor& out, const Tensor& block_scale,
-                   const OptTensor& normed_out);
+using Outputs = std::tuple<Tensor, Tensor, Tensor>;  // out, block_scale, normed_out
 
-// Checks that need real memory: no written tensor overlaps itself, and no written tensor
-// overlaps any other argument. Called by the CPU and CUDA kernels before anything is written.
-void check_no_overlap(const char* op, const Tensor& input, const Tensor* residual, const Tensor& weight,
-                      const Tensor& out, const Tensor& block_scale, const OptTensor& normed_out);
-
-// The functional ops' outputs on input's device: out [M, H] float8_e4m3fn, block_scale
-// [M, H/128] float32 with strides (1, scale_column_stride(M)) (column-major, TMA-aligned),
-// normed_out [M, H] of input's dtype.
-std::tuple<Tensor, Tensor, Tensor> allocate_outputs(const Tensor& input);
-inline int64_t scale_column_stride(int64_t m) { return (m + 3) / 4 * 4; }  // round_up(M, 4)
-
-// Validates everything (check_inputs, check_outputs, check_no_overlap), then row_args.
+// The .out ops' checks, then their kernels' arguments. Checks of dtypes, devices, ranks, shapes,
+// strides and eps (finite and >= 0); residual is null for rmsnorm_fp8_block_quant; block_scale:
+// float32 [M, H/128], or with scale_ue8m0 packed UE8M0 exponents, int32 [M, ceil(H/512)] (byte
+// g % 4 of word g / 4 is block g's exponent, padding bytes zero). Then the checks that need real
+// memory: no written tensor overlaps itself or any other argument. All before anything is
+// written. torch_fp8norm/_fake.py states the same rules on symbolic shapes for fake tensors
+// (torch.compile), with the same messages.
 RowArgs prepare(const char* op, const Tensor& input, const Tensor* residual, const Tensor& weight, double eps,
                 bool scale_ue8m0, const Tensor& out, const Tensor& block_scale, const OptTensor& normed_out);
 
-// RowArgs of arguments that passed prepare's checks (no check of its own).
-RowArgs row_args(const Tensor& input, const Tensor* residual, const Tensor& weight, double eps, bool scale_ue8m0,
-                 const Tensor& out, const Tensor& block_scale, const OptTensor& normed_out);
+// The functional ops': the inputs' checks, then fresh outputs on input's device (which pass the
+// output checks by construction): out [M, H] float8_e4m3fn, block_scale [M, H/128] float32 with
+// strides (1, scale_column_stride(M)) (column-major, TMA-aligned), normed_out [M, H] of input's
+// dtype; the residual's overlap check, and the kernels' arguments.
+std::pair<RowArgs, Outputs> prepare_functional(const char* op, const Tensor& input, const Tensor* residual,
+                                               const Tensor& weight, double eps, bool scale_ue8m0);
+inline int64_t scale_column_stride(int64_t m) { return (m + 3) / 4 * 4; }  // round_up(M, 4)
 
 }  // namespace fp8norm

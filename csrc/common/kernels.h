@@ -1,16 +1,14 @@
 // The four ops' kernels of one backend, given its runner `Run(args, input)`: the .out ops
-// validate and run; the functional ops validate the inputs, allocate allocate_outputs' layout
-// on input's device and run (fresh outputs pass check_outputs by construction; the residual is
-// still checked against input and weight). Registered with TORCH_BOX by each library.
+// validate and run (prepare); the functional ops validate the inputs, allocate the outputs and
+// run (prepare_functional). Registered with TORCH_BOX by each library.
 #pragma once
 
 #include <tuple>
+#include <utility>
 
 #include "fp8norm.h"
 
 namespace fp8norm {
-
-using Outputs = std::tuple<Tensor, Tensor, Tensor>;
 
 template <void (*Run)(const RowArgs&, const Tensor& input)>
 struct Kernels {
@@ -35,12 +33,9 @@ struct Kernels {
  private:
   static Outputs functional(const char* op, const Tensor& input, const Tensor* residual, const Tensor& weight,
                             double eps, bool ue8m0) {
-    check_inputs(op, input, residual, weight, eps);
-    Outputs outs = allocate_outputs(input);
-    const auto& [out, block_scale, normed] = outs;
-    check_no_overlap(op, input, residual, weight, out, block_scale, normed);
-    Run(row_args(input, residual, weight, eps, ue8m0, out, block_scale, normed), input);
-    return outs;
+    auto [args, outs] = prepare_functional(op, input, residual, weight, eps, ue8m0);
+    Run(args, input);
+    return std::move(outs);
   }
 };
 

@@ -1,5 +1,5 @@
 // The flat argument block the CPU and CUDA kernels take: raw pointers and element strides of
-// validated arguments (fp8norm.h: prepare, row_args). No torch header.
+// validated arguments (fp8norm.h: prepare, prepare_functional). No torch header.
 #pragma once
 
 #include <cstdint>
