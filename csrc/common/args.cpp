@@ -295,43 +295,43 @@ Tensor empty_strided(std::array<int64_t, 2> sizes, std::array<int64_t, 2> stride
   return Tensor(handle);
 }
 
-std::tuple<Tensor, Tensor, Tensor> allocate_outputs(const Tensor& input) {
-  int32_t dtype = 0, device_type = 0, device_index = 0;
-  aoti_torch_get_dtype(input.get(), &dtype);
-  aoti_torch_get_device_type(input.get(), &device_type);
-  aoti_torch_get_device_index(input.get(), &device_index);
-  const int64_t m = input.size(0), h = input.size(1);
+// The functional ops' outputs, on input's device (info: input's Info, read once already).
+Outputs allocate_outputs(const Tensor& input, const Info& info) {
+  int32_t dtype = 0, device_type = 0;
+  FP8NORM_SHIM_CHECK(aoti_torch_get_dtype(input.get(), &dtype));
+  FP8NORM_SHIM_CHECK(aoti_torch_get_device_type(input.get(), &device_type));
+  const int32_t device_index = info.device.index();
+  const int64_t m = info.sizes[0], h = info.sizes[1];
   return {empty_strided({m, h}, {h, 1}, aoti_torch_dtype_float8_e4m3fn(), device_type, device_index),
           empty_strided({m, h / kBlock}, {1, scale_column_stride(m)}, aoti_torch_dtype_float32(), device_type,
                         device_index),
           empty_strided({m, h}, {h, 1}, dtype, device_type, device_index)};
 }
 
+std::optional<Info> info_of(const Tensor* t) { return t != nullptr ? std::optional<Info>(*t) : std::nullopt; }
+const Info* ptr(const std::optional<Info>& i) { return i ? &*i : nullptr; }
+
 }  // namespace
 
 RowArgs prepare(const char* op, const Tensor& input, const Tensor* residual, const Tensor& weight, double eps,
                 bool scale_ue8m0, const Tensor& out, const Tensor& block_scale, const OptTensor& normed_out) {
   const Info i(input), w(weight), o(out), s(block_scale);
-  const std::optional<Info> r = residual != nullptr ? std::optional<Info>(Info(*residual)) : std::nullopt;
-  const std::optional<Info> n = normed_out.has_value() ? std::optional<Info>(Info(*normed_out)) : std::nullopt;
-  const Info* rp = r ? &*r : nullptr;
-  const Info* np = n ? &*n : nullptr;
-  check_inputs(op, i, rp, w, eps);
-  check_outputs(op, i, scale_ue8m0, o, s, np);
-  check_no_overlap(op, i, rp, w, o, s, np);
-  return row_args(i, rp, w, eps, scale_ue8m0, o, s, np);
+  const std::optional<Info> r = info_of(residual), n = info_of(normed_out ? &*normed_out : nullptr);
+  check_inputs(op, i, ptr(r), w, eps);
+  check_outputs(op, i, scale_ue8m0, o, s, ptr(n));
+  check_no_overlap(op, i, ptr(r), w, o, s, ptr(n));
+  return row_args(i, ptr(r), w, eps, scale_ue8m0, o, s, ptr(n));
 }
 
 std::pair<RowArgs, Outputs> prepare_functional(const char* op, const Tensor& input, const Tensor* residual,
                                                const Tensor& weight, double eps, bool scale_ue8m0) {
   const Info i(input), w(weight);
-  const std::optional<Info> r = residual != nullptr ? std::optional<Info>(Info(*residual)) : std::nullopt;
-  const Info* rp = r ? &*r : nullptr;
-  check_inputs(op, i, rp, w, eps);
-  Outputs outs = allocate_outputs(input);
+  const std::optional<Info> r = info_of(residual);
+  check_inputs(op, i, ptr(r), w, eps);
+  Outputs outs = allocate_outputs(input, i);
   const Info o(std::get<0>(outs)), s(std::get<1>(outs)), n(std::get<2>(outs));
-  check_no_overlap(op, i, rp, w, o, s, &n);  // the residual against input and weight
-  return {row_args(i, rp, w, eps, scale_ue8m0, o, s, &n), std::move(outs)};
+  check_no_overlap(op, i, ptr(r), w, o, s, &n);  // the residual against input and weight
+  return {row_args(i, ptr(r), w, eps, scale_ue8m0, o, s, &n), std::move(outs)};
 }
 
 }  // namespace fp8norm

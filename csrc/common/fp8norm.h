@@ -18,10 +18,10 @@
 #include "check.h"
 #include "row_args.h"
 
-// Checks a C-shim call (an allocation, the current stream). The stable ABI's own check raises with
-// the error the shim caught (say, CUDA's out-of-memory text); headers of torch releases that lack
-// it get the header-only check, which names the failed call alone. Source builds then compile
-// against any torch the wheel serves.
+// Checks a C-shim call (a tensor's metadata, an allocation, the current stream). The stable
+// ABI's own check raises with the error the shim caught (say, CUDA's out-of-memory text); headers
+// of torch releases that lack it get the header-only check, which names the failed call alone.
+// Source builds then compile against any torch the wheel serves.
 #ifdef STABLE_TORCH_ERROR_CODE_CHECK
 #define FP8NORM_SHIM_CHECK(call) STABLE_TORCH_ERROR_CODE_CHECK(call)
 #else
