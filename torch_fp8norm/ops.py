@@ -164,7 +164,10 @@ def _result(lead, out: Tensor, scale: Tensor, normed: Optional[Tensor]) -> Block
     return BlockQuantized(out, scale, normed)
 
 
-_as_result = BlockQuantized._make  # (out, block_scale, normed) of a functional op, as is
+# The common call's host cost counts every lookup. _as_result(cls, t) is BlockQuantized._make(t)
+# less its length check (the ops' schemas fix three returns).
+_as_result = tuple.__new__
+_is_grad_enabled = torch.is_grad_enabled
 
 
 def _call(op: str, functional, out_op, input: Tensor, residual: Optional[Tensor], weight: Tensor, eps: float,
@@ -172,7 +175,7 @@ def _call(op: str, functional, out_op, input: Tensor, residual: Optional[Tensor]
     """Either op (residual None: rmsnorm_*) for (..., H) inputs and any options: the functional
     overload where its outputs are what was asked for, else .out into outputs allocated here."""
     ue8m0 = _check_options(scale_layout, scale_format)
-    if torch.is_grad_enabled():
+    if _is_grad_enabled():
         _refuse_grad(op, input, residual, weight)
     if residual is not None and residual.shape != input.shape:  # the ops see only the [M, H] views
         raise RuntimeError(f"{op}: residual must have the shape of input {_list(input.shape)}, "
@@ -228,12 +231,12 @@ def fused_add_rmsnorm_fp8_block_quant(
     """
     if input.dim() == 2 and scale_layout == "deepgemm" and scale_format == "fp32" and normed:
         # The functional op as is: the common call's host cost, kept to the checks it needs.
-        if torch.is_grad_enabled() and (input.requires_grad or residual.requires_grad or weight.requires_grad):
+        if _is_grad_enabled() and (input.requires_grad or residual.requires_grad or weight.requires_grad):
             _refuse_grad(FUSED_OP, input, residual, weight)
         result = _FUSED(input, residual, weight, eps, False)
         if not _is_compiling():
             _increment_version(residual)
-        return _as_result(result)
+        return _as_result(BlockQuantized, result)
     return _call(FUSED_OP, _FUSED, _FUSED_OUT, input, residual, weight, eps, scale_layout, scale_format, normed)
 
 
@@ -250,7 +253,7 @@ def rmsnorm_fp8_block_quant(
     memory pass (a model's first layer: no residual). Arguments, results and errors as for
     :func:`fused_add_rmsnorm_fp8_block_quant`."""
     if input.dim() == 2 and scale_layout == "deepgemm" and scale_format == "fp32" and normed:
-        if torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad):
+        if _is_grad_enabled() and (input.requires_grad or weight.requires_grad):
             _refuse_grad(PLAIN_OP, input, None, weight)
-        return _as_result(_PLAIN(input, weight, eps, False))  # the functional op as is
+        return _as_result(BlockQuantized, _PLAIN(input, weight, eps, False))  # the functional op as is
     return _call(PLAIN_OP, _PLAIN, _PLAIN_OUT, input, None, weight, eps, scale_layout, scale_format, normed)
