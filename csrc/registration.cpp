@@ -1,8 +1,9 @@
 // The fp8norm library (torch_fp8norm._C): every schema, the CPU kernels, and the launch policy's
-// test hook. The CUDA kernels live in a library of their own (csrc/cuda/ops.cu, torch_fp8norm._C_cuda),
-// loaded only where torch has CUDA. The Meta kernels are Python fake kernels
-// (torch_fp8norm/_fake.py). No Autograd kernel: the ops are for inference, and torch's default
-// autograd fallback runs them as they are (docs/design.md, "Autograd").
+// test hook. The CUDA kernels live in a library of their own (csrc/cuda/ops.cu,
+// torch_fp8norm._C_cu<CUDA major>), loaded only beside a torch built for that CUDA major version.
+// The Meta kernels are Python fake kernels (torch_fp8norm/_fake.py). No Autograd kernel: the ops
+// are for inference, and torch_fp8norm/ops.py registers torch's fallthrough for the Autograd key
+// (docs/design.md, "Autograd").
 #include <Python.h>
 #include <torch/csrc/stable/library.h>
 

@@ -34,7 +34,10 @@ BAD = [
     ("residual 1-D", lambda a, d: {**a, "residual": _buf(d, H)}, "residual must be 2-D"),
     ("residual last dim strided", lambda a, d: {**a, "residual": _buf(d, M, 2 * H)[:, ::2]}, "residual must have a contiguous last dimension"),
     ("weight length", lambda a, d: {**a, "weight": _buf(d, H + 128)}, "weight must have H = 256 elements"),
-    ("weight dtype", lambda a, d: {**a, "weight": a["weight"].half()}, r"weight must have input's dtype \(bfloat16\) or float32"),
+    ("weight dtype", lambda a, d: {**a, "weight": a["weight"].half()}, r"weight must have dtype bfloat16 \(input's\) or float32, got float16"),
+    ("weight dtype, float32 input", lambda a, d: {**a, "input": a["input"].float(), "residual": a["residual"].float(),
+                                                 "normed_out": a["normed_out"].float(), "weight": a["weight"].half()},
+     r"weight must have dtype float32 \(input's\), got float16"),
     ("weight 2-D", lambda a, d: {**a, "weight": a["weight"].view(2, H // 2)}, "weight must be 1-D"),
     ("weight strided", lambda a, d: {**a, "weight": _buf(d, 2 * H)[::2]}, "weight must be contiguous"),
     ("out dtype", lambda a, d: {**a, "out": _buf(d, M, H)}, "out must have dtype float8_e4m3fn, got bfloat16"),
@@ -44,7 +47,7 @@ BAD = [
     ("block_scale shape", lambda a, d: {**a, "block_scale": _buf(d, M, H // 128 + 1, dtype=torch.float32)}, r"block_scale must have shape \[M, H/128\]"),
     ("block_scale 1-D", lambda a, d: {**a, "block_scale": _buf(d, M * 2, dtype=torch.float32)}, "block_scale must be 2-D"),
     ("block_scale overlapping strides", lambda a, d: {**a, "block_scale": _buf(d, 1, H // 128, dtype=torch.float32).expand(M, H // 128)},
-     "block_scale has overlapping elements"),
+     r"block_scale is written by this op, so each of its elements needs memory of its own, but its strides \[0, 1\] for shape \[4, 2\] give several elements one address"),
     ("normed_out dtype", lambda a, d: {**a, "normed_out": _buf(d, M, H, dtype=torch.float32)}, "normed_out must have dtype"),
     ("normed_out shape", lambda a, d: {**a, "normed_out": _buf(d, M, H * 2)}, "normed_out must have the shape of input"),
     ("eps negative", lambda a, d: {**a, "eps": -1.0}, "eps must be finite and >= 0, got -1"),
@@ -54,7 +57,7 @@ BAD = [
     ("residual overlaps input", lambda a, d: (lambda b: {**a, "input": b[:, :H], "residual": b[:, 128:128 + H]})(_buf(d, M, 2 * H)),
      "residual overlaps input"),
     ("residual rows overlap", lambda a, d: {**a, "residual": _buf(d, 2 * M * H).as_strided((M, H), (128, 1))},
-     "residual has overlapping elements"),
+     "residual is written by this op, so each of its elements needs memory of its own"),
     ("weight inside residual", lambda a, d: {**a, "weight": a["residual"][1]}, "residual overlaps weight"),
     ("out aliases normed_out", lambda a, d: (lambda b: {**a, "normed_out": b, "out": b.view(torch.float8_e4m3fn)[:, :H]})(_buf(d, M, H)),
      "normed_out overlaps out"),
@@ -98,7 +101,7 @@ def test_bad_call_raises_and_writes_nothing(device, name, make, pattern):
 
 
 # The overlap rules need memory: only the real kernels check them.
-FAKE_BAD = [b for b in BAD if "overlap" not in b[2]]
+FAKE_BAD = [b for b in BAD if "overlap" not in b[2] and "memory of its own" not in b[2]]
 
 
 @pytest.mark.parametrize("name,make,pattern", FAKE_BAD, ids=[b[0] for b in FAKE_BAD])
@@ -115,6 +118,30 @@ def test_fake_kernels_raise_the_same_errors(name, make, pattern):
                 else:
                     torch.ops.fp8norm.rmsnorm_fp8_block_quant(a["input"], a["weight"], a["eps"])
     _call({k: _as_meta(v) for k, v in _valid("cpu").items()}, True)  # and accept the valid call
+
+
+@pytest.mark.parametrize("device", DEVICES + ["meta"])
+@pytest.mark.parametrize("fused", [True, False])
+def test_none_for_a_tensor(device, fused):
+    # torch hands None for a Tensor argument to the kernels as an undefined tensor: every kernel
+    # (and the fake kernels, on meta) names the argument, and leaks no build path.
+    a = _valid("cpu" if device == "meta" else device)
+    if device == "meta":
+        a = {k: _as_meta(v) for k, v in a.items()}
+    before = {} if device == "meta" else _snapshot(a)
+    names = ["input", "residual", "weight"] if fused else ["input", "weight"]
+    op = torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant if fused else torch.ops.fp8norm.rmsnorm_fp8_block_quant
+    for name in names + ["out", "block_scale"]:
+        args = {**a, name: None}
+        ins = [args[n] for n in names]
+        message = rf"^fp8norm.{'fused_add_' if fused else ''}rmsnorm_fp8_block_quant: {name} must be a Tensor, got None$"
+        with pytest.raises(RuntimeError, match=message):
+            op.out(*ins, args["eps"], out=args["out"], block_scale=args["block_scale"], normed_out=args["normed_out"])
+        if name in names:
+            with pytest.raises(RuntimeError, match=message):
+                op(*ins, args["eps"])
+    for k, v in before.items():
+        assert torch.equal(int_view(a[k]), v), f"{k} was modified by a rejected call"
 
 
 @pytest.mark.parametrize("device", DEVICES)

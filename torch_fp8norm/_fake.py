@@ -25,6 +25,14 @@ def _fail(op: str, message: str):
     raise RuntimeError(f"{op}: {message}")
 
 
+def _defined(op, **tensors):
+    """torch passes None for a Tensor argument (as an undefined tensor to the C++ kernels, which
+    refuse it with this message)."""
+    for what, t in tensors.items():
+        if t is None:
+            _fail(op, f"{what} must be a Tensor, got None")
+
+
 def _placed(op, what, t, input, rank, shape):
     """`rank`-D, on input's device."""
     if t.dim() != rank:
@@ -58,7 +66,8 @@ def check_inputs(op, input, residual, weight, eps):
         _rows(op, "residual", residual, input, input.dtype)
     _placed(op, "weight", weight, input, 1, "[H]")
     if weight.dtype not in (input.dtype, torch.float32):
-        _fail(op, f"weight must have input's dtype ({_name(input.dtype)}) or float32, got {_name(weight.dtype)}")
+        allowed = "float32 (input's)" if input.dtype == torch.float32 else f"{_name(input.dtype)} (input's) or float32"
+        _fail(op, f"weight must have dtype {allowed}, got {_name(weight.dtype)}")
     torch._check(weight.shape[0] == h, lambda: f"{op}: weight must have H = {h} elements, got {weight.shape[0]}")
     torch._check(weight.stride(0) == 1, lambda: f"{op}: weight must be contiguous, got stride {weight.stride(0)}")
     if not (eps >= 0 and eps != float("inf")):  # NaN fails the first test
@@ -91,23 +100,27 @@ def _outputs(input):
 
 @torch.library.register_fake("fp8norm::fused_add_rmsnorm_fp8_block_quant")
 def _fused(input, residual, weight, eps=1e-6, scale_ue8m0=False):
+    _defined(FUSED_OP, input=input, residual=residual, weight=weight)
     check_inputs(FUSED_OP, input, residual, weight, eps)
     return _outputs(input)
 
 
 @torch.library.register_fake("fp8norm::fused_add_rmsnorm_fp8_block_quant.out")
 def _fused_out(input, residual, weight, eps=1e-6, scale_ue8m0=False, *, out, block_scale, normed_out=None):
+    _defined(FUSED_OP, input=input, residual=residual, weight=weight, out=out, block_scale=block_scale)
     check_inputs(FUSED_OP, input, residual, weight, eps)
     check_outputs(FUSED_OP, input, scale_ue8m0, out, block_scale, normed_out)
 
 
 @torch.library.register_fake("fp8norm::rmsnorm_fp8_block_quant")
 def _plain(input, weight, eps=1e-6, scale_ue8m0=False):
+    _defined(PLAIN_OP, input=input, weight=weight)
     check_inputs(PLAIN_OP, input, None, weight, eps)
     return _outputs(input)
 
 
 @torch.library.register_fake("fp8norm::rmsnorm_fp8_block_quant.out")
 def _plain_out(input, weight, eps=1e-6, scale_ue8m0=False, *, out, block_scale, normed_out=None):
+    _defined(PLAIN_OP, input=input, weight=weight, out=out, block_scale=block_scale)
     check_inputs(PLAIN_OP, input, None, weight, eps)
     check_outputs(PLAIN_OP, input, scale_ue8m0, out, block_scale, normed_out)

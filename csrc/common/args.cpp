@@ -76,8 +76,27 @@ struct Info {
   void* data;
 };
 
+// t's Info. torch passes None for a Tensor argument as an undefined tensor (torch's Python
+// argument parsing maps None to one, for every op's Tensor arguments), whose dtype the stable ABI
+// cannot name: that failure becomes an error naming the argument. Costs nothing on valid calls.
+Info read(const char* op, const char* what, const Tensor& t) {
+  try {
+    return Info(t);
+  } catch (const std::exception&) {
+    bool defined = true;
+    FP8NORM_SHIM_CHECK(aoti_torch_is_defined(t.get(), &defined));
+    FP8NORM_CHECK(defined, op, ": ", what, " must be a Tensor, got None");
+    throw;
+  }
+}
+
 bool is_activation_dtype(ScalarType t) {
   return t == ScalarType::Float || t == ScalarType::Half || t == ScalarType::BFloat16;
+}
+
+// The weight dtypes an input dtype takes, as error messages name them.
+std::string weight_dtypes(ScalarType input) {
+  return input == ScalarType::Float ? "float32 (input's)" : std::string(dtype_str(input)) + " (input's) or float32";
 }
 
 std::string eps_str(double eps) {
@@ -111,8 +130,8 @@ void check_inputs(const char* op, const Info& input, const Info* residual, const
   FP8NORM_CHECK(weight.dim == 1, op, ": weight must be 1-D [H], got ", weight.dim, "-D");
   FP8NORM_CHECK(weight.device == input.device, op, ": weight must be on ", device_str(input.device),
                 " like input, got ", device_str(weight.device));
-  FP8NORM_CHECK(weight.dtype == input.dtype || weight.dtype == ScalarType::Float, op, ": weight must have input's dtype (",
-                dtype_str(input.dtype), ") or float32, got ", dtype_str(weight.dtype));
+  FP8NORM_CHECK(weight.dtype == input.dtype || weight.dtype == ScalarType::Float, op, ": weight must have dtype ",
+                weight_dtypes(input.dtype), ", got ", dtype_str(weight.dtype));
   FP8NORM_CHECK(weight.sizes[0] == H, op, ": weight must have H = ", H, " elements, got ", weight.sizes[0]);
   FP8NORM_CHECK(weight.strides[0] == 1, op, ": weight must be contiguous, got stride ", weight.strides[0]);
   FP8NORM_CHECK(std::isfinite(eps) && eps >= 0, op, ": eps must be finite and >= 0, got ", eps_str(eps));
@@ -244,8 +263,9 @@ void check_no_overlap(const char* op, const Info& input, const Info* residual, c
   for (size_t k = 0; k < n; ++k) {
     const Arg& a = args[k];
     if (a.written) {
-      FP8NORM_CHECK(!overlaps_itself(*a.t), op, ": ", a.name, " has overlapping elements (its strides ",
-                    to_str(a.t->strides), " map two elements to one address); it is written, so it must not");
+      FP8NORM_CHECK(!overlaps_itself(*a.t), op, ": ", a.name, " is written by this op, so each of its elements needs "
+                    "memory of its own, but its strides ", to_str(a.t->strides), " for shape ", to_str(a.t->sizes),
+                    " give several elements one address (an expanded or broadcast view?)");
     }
     prints[k] = footprint(*a.t);
   }
@@ -308,15 +328,19 @@ Outputs allocate_outputs(const Tensor& input, const Info& info) {
           empty_strided({m, h}, {h, 1}, dtype, device_type, device_index)};
 }
 
-std::optional<Info> info_of(const Tensor* t) { return t != nullptr ? std::optional<Info>(*t) : std::nullopt; }
+std::optional<Info> info_of(const char* op, const char* what, const Tensor* t) {
+  return t != nullptr ? std::optional<Info>(read(op, what, *t)) : std::nullopt;
+}
 const Info* ptr(const std::optional<Info>& i) { return i ? &*i : nullptr; }
 
 }  // namespace
 
 RowArgs prepare(const char* op, const Tensor& input, const Tensor* residual, const Tensor& weight, double eps,
                 bool scale_ue8m0, const Tensor& out, const Tensor& block_scale, const OptTensor& normed_out) {
-  const Info i(input), w(weight), o(out), s(block_scale);
-  const std::optional<Info> r = info_of(residual), n = info_of(normed_out ? &*normed_out : nullptr);
+  const Info i = read(op, "input", input), w = read(op, "weight", weight), o = read(op, "out", out),
+             s = read(op, "block_scale", block_scale);
+  const std::optional<Info> r = info_of(op, "residual", residual),
+                            n = info_of(op, "normed_out", normed_out ? &*normed_out : nullptr);
   check_inputs(op, i, ptr(r), w, eps);
   check_outputs(op, i, scale_ue8m0, o, s, ptr(n));
   check_no_overlap(op, i, ptr(r), w, o, s, ptr(n));
@@ -325,8 +349,8 @@ RowArgs prepare(const char* op, const Tensor& input, const Tensor* residual, con
 
 std::pair<RowArgs, Outputs> prepare_functional(const char* op, const Tensor& input, const Tensor* residual,
                                                const Tensor& weight, double eps, bool scale_ue8m0) {
-  const Info i(input), w(weight);
-  const std::optional<Info> r = info_of(residual);
+  const Info i = read(op, "input", input), w = read(op, "weight", weight);
+  const std::optional<Info> r = info_of(op, "residual", residual);
   check_inputs(op, i, ptr(r), w, eps);
   Outputs outs = allocate_outputs(input, i);
   const Info o(std::get<0>(outs)), s(std::get<1>(outs)), n(std::get<2>(outs));
