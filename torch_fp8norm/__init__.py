@@ -1,15 +1,12 @@
 """torch_fp8norm: fused residual-add + RMSNorm + FP8 1x128 block quantization, as PyTorch custom ops.
 
 Importing this package loads the compiled libraries, which register the ops under
-``torch.ops.fp8norm``: the CPU library always, the CUDA library where torch has CUDA, and the fake
-kernels for torch.compile / fake tensors. The ops are for inference: they have no backward. The
+``torch.ops.fp8norm``: the CPU library always, the CUDA library where torch is built for its CUDA
+major version (elsewhere the ops refuse CUDA tensors with the reason), and the fake kernels for
+torch.compile / fake tensors. The ops are for inference: they have no backward. The
 Python functions and the module refuse a call that autograd would record; the raw ops do not
 (see the README, "Autograd").
 """
-import importlib
-import pkgutil
-import re
-
 import torch
 
 _TORCH_MIN = "2.10"  # the stable ABI the libraries are built for (setup.py)
@@ -17,30 +14,7 @@ if tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < tuple
     raise ImportError(f"torch_fp8norm needs torch >= {_TORCH_MIN}, but this is torch {torch.__version__}: "
                       f"pip install 'torch>={_TORCH_MIN}'")
 
-from . import _C  # noqa: E402, F401  (registers torch.ops.fp8norm.* and the CPU kernels)
-
-
-def _load_cuda_kernels() -> None:
-    """Imports _C_cu<CUDA major>, the CUDA library, where torch has CUDA of that major version. It
-    links that version's CUDA runtime: beside a torch of another, it is refused (one process, one
-    CUDA runtime)."""
-    if torch.version.cuda is None:
-        return
-    major = torch.version.cuda.split(".")[0]
-    names = [m.name for m in pkgutil.iter_modules(__path__)]
-    built = sorted(n[len("_C_cu"):] for n in names if re.fullmatch(r"_C_cu\d+", n))  # CUDA majors
-    if major in built:
-        importlib.import_module(f"{__name__}._C_cu{major}")
-    elif built:
-        theirs = built[0]
-        raise ImportError(
-            f"torch_fp8norm's CUDA kernels are built for CUDA {theirs} builds of torch, but this torch "
-            f"{torch.__version__} is built for CUDA {torch.version.cuda}: install a torch built for CUDA {theirs}, "
-            "or build torch_fp8norm from source against this one (README, Install)")
-
-
-_load_cuda_kernels()
-
+from ._libraries import has_cuda_kernels  # noqa: E402  (loads the libraries: the ops and their kernels)
 from . import _fake, reference, testing  # noqa: E402, F401
 from .module import FusedAddRMSNormFP8
 from .ops import (
@@ -48,7 +22,6 @@ from .ops import (
     block_scale_columns,
     block_scale_strides,
     fused_add_rmsnorm_fp8_block_quant,
-    has_cuda_kernels,
     rmsnorm_fp8_block_quant,
 )
 

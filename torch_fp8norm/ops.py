@@ -13,6 +13,7 @@ from torch.autograd.graph import increment_version as _increment_version
 from torch.compiler import is_compiling as _is_compiling
 
 from ._fake import FUSED_OP, PLAIN_OP, _list
+from ._libraries import OPS
 
 Tensor = torch.Tensor
 
@@ -26,8 +27,7 @@ _PLAIN_OUT = torch.ops.fp8norm.rmsnorm_fp8_block_quant.out
 # counter, as an engine's kernels; cheaper than torch's default fallback, which would also hang
 # a warning node on the functional ops' outputs (docs/design.md, "Autograd").
 _AUTOGRAD = torch.library.Library("fp8norm", "IMPL")
-for _name in ("fused_add_rmsnorm_fp8_block_quant", "fused_add_rmsnorm_fp8_block_quant.out",
-              "rmsnorm_fp8_block_quant", "rmsnorm_fp8_block_quant.out"):
+for _name in OPS:
     _AUTOGRAD.impl(_name, torch.library.fallthrough_kernel, "Autograd")
 
 _FUSED_DOC = """``residual += input`` (in place, rounded to input's dtype), ``normed = rmsnorm(residual) * weight``,
@@ -80,12 +80,6 @@ class BlockQuantized(NamedTuple):
     out: Tensor
     block_scale: Tensor
     normed: Optional[Tensor]
-
-
-def has_cuda_kernels() -> bool:
-    """Whether this build registered CUDA kernels for the fp8norm ops."""
-    return torch._C._dispatch_has_kernel_for_dispatch_key(
-        "fp8norm::fused_add_rmsnorm_fp8_block_quant.out", "CUDA")
 
 
 def block_scale_columns(h: int, scale_format: str = "fp32") -> int:
