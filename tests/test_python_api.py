@@ -45,10 +45,12 @@ def test_wrapper_options(device, layout, fmt, fused):
 @pytest.mark.parametrize("device", DEVICES)
 def test_wrapper_option_errors(device):
     x, r, w = make_inputs(Case(device, torch.bfloat16, 2, H))
-    with pytest.raises(ValueError, match="scale_layout must be one of"):
+    with pytest.raises(RuntimeError, match="scale_layout must be one of"):
         torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r, w, scale_layout="tma")
-    with pytest.raises(ValueError, match="scale_format must be one of"):
+    with pytest.raises(RuntimeError, match="scale_format must be one of"):
         torch_fp8norm.rmsnorm_fp8_block_quant(x, w, scale_format="e8m0")
+    with pytest.raises(RuntimeError, match="block_scale_strides: scale_layout must be one of"):
+        torch_fp8norm.block_scale_strides(4, H, "tma")
     with pytest.raises(TypeError):
         torch_fp8norm.rmsnorm_fp8_block_quant(x, w, 1e-6, True)  # options are keyword-only
     # Shapes must match as given, not only as the [M, H] views the ops see: one mistake, one
@@ -70,6 +72,136 @@ def test_wrapper_option_errors(device):
     assert torch.equal(r, r0)
 
 
+def _entry_points(device):
+    """(name, call(x, r, w, eps, **options)) for each Python entry point."""
+    def module(x, r, w, eps=1e-6, **o):
+        mod = FusedAddRMSNormFP8(w.shape[0], eps, device=device, dtype=w.dtype, **o)
+        return mod(x, r)
+    return [
+        ("fused", lambda x, r, w, eps=1e-6, **o: torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r, w, eps, **o)),
+        ("plain", lambda x, r, w, eps=1e-6, **o: torch_fp8norm.rmsnorm_fp8_block_quant(x, w, eps, **o)),
+        ("module", module),
+    ]
+
+
+GRAD_MODES = {"grad": torch.enable_grad, "no_grad": torch.no_grad, "inference": torch.inference_mode}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", list(GRAD_MODES))
+def test_wrong_types_raise_type_error(device, mode):
+    # An argument of the wrong Python type raises TypeError naming it, in every grad mode, on the
+    # common path and the others alike; nothing is written.
+    x, r, w = make_inputs(Case(device, torch.bfloat16, 2, H))
+    r0 = r.clone()
+    fused = lambda *a, **o: torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(*a, **o)  # noqa: E731
+    plain = lambda *a, **o: torch_fp8norm.rmsnorm_fp8_block_quant(*a, **o)  # noqa: E731
+    with GRAD_MODES[mode]():
+        for options in ({}, dict(normed=False), dict(scale_layout="row"), dict(scale_format="ue8m0_packed")):
+            for bad in (None, 1.0, x.tolist()):
+                for i, name in enumerate(("input", "residual", "weight")):
+                    args = [x, r, w]
+                    args[i] = bad
+                    with pytest.raises(TypeError, match=f"fused_add_rmsnorm_fp8_block_quant: {name} must be a "
+                                                        f"torch.Tensor, got {type(bad).__name__}"):
+                        fused(*args, **options)
+                    if name != "residual":
+                        with pytest.raises(TypeError, match=f"rmsnorm_fp8_block_quant: {name} must be a torch.Tensor"):
+                            plain(*args[::2], **options)
+            with pytest.raises(TypeError, match="eps must be a float .or None"):
+                fused(x, r, w, "1e-6", **options)
+            with pytest.raises(TypeError, match="eps must be a float"):
+                plain(x, w, True, **options)
+        for value in ("False", 0, None):
+            with pytest.raises(TypeError, match="normed must be a bool, got"):
+                fused(x, r, w, normed=value)
+        with pytest.raises(TypeError, match="scale_layout must be a str"):
+            plain(x, w, scale_layout=None)
+        with pytest.raises(TypeError, match="scale_format must be a str"):
+            fused(x, r, w, scale_format=1)
+        with pytest.raises(TypeError, match="hidden_size must be an int"):
+            FusedAddRMSNormFP8("256")
+        with pytest.raises(TypeError, match="FusedAddRMSNormFP8: normed must be a bool"):
+            FusedAddRMSNormFP8(256, normed="False")
+    assert torch.equal(r, r0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_one_error_type_per_mistake(device):
+    # Each mistake raises one exception type from every entry point: a value the ops refuse
+    # RuntimeError (the ops', the functions', the module's, from_rmsnorm's).
+    x, r, w = make_inputs(Case(device, torch.bfloat16, 2, H))
+    for name, call in _entry_points(device):
+        for eps in (-1.0, float("nan"), float("inf")):
+            with pytest.raises(RuntimeError, match="eps must be finite and >= 0"):
+                call(x, r, w, eps)
+        with pytest.raises(RuntimeError, match="multiple of 128"):
+            call(x[:, :200], r[:, :200], w[:200])
+        for option in (dict(scale_layout="tma"), dict(scale_format="e8m0")):
+            with pytest.raises(RuntimeError, match="must be one of"):
+                call(x, r, w, **option)
+    with pytest.raises(RuntimeError, match="multiple of 128"):
+        torch.ops.fp8norm.rmsnorm_fp8_block_quant(x[:, :200], w[:200])
+    with pytest.raises(RuntimeError, match="eps must be finite and >= 0"):
+        torch.ops.fp8norm.rmsnorm_fp8_block_quant(x, w, -1.0)
+    with pytest.raises(RuntimeError, match="eps must be finite and >= 0"):
+        FusedAddRMSNormFP8.from_rmsnorm(nn.RMSNorm(H, eps=-1.0))
+    with pytest.raises(RuntimeError, match="multiple of 128"):
+        FusedAddRMSNormFP8.from_rmsnorm(nn.RMSNorm(200))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_eps_none_is_nn_rmsnorm_eps(device):
+    # eps=None: what torch.nn.RMSNorm uses for every input dtype, float32's eps, in the functions
+    # and the module alike. Rows of mean square 1e-6 tell it from float16's or bfloat16's eps.
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        x = (torch.randn(3, H, dtype=torch.float64) * 1e-3).to(dtype).to(device)
+        r = torch.zeros_like(x)
+        w = torch.ones(H, dtype=dtype, device=device)
+        want = torch_fp8norm.rmsnorm_fp8_block_quant(x, w, torch.finfo(torch.float32).eps)
+        for got in (torch_fp8norm.rmsnorm_fp8_block_quant(x, w, None),
+                    torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r.clone(), w, None, normed=False),
+                    FusedAddRMSNormFP8(H, None, device=device, dtype=dtype)(x),
+                    FusedAddRMSNormFP8.from_rmsnorm(nn.RMSNorm(H, device=device, dtype=dtype))(x)):
+            assert_fp8_equal(got.out, want.out, "out")
+            assert_bitwise(got.block_scale, want.block_scale, "block_scale")
+        torch.testing.assert_close(want.normed.float(), nn.functional.rms_norm(x, (H,)).float(), rtol=0.02, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_inference_tensor_residual_outside_inference_mode_refused(device):
+    # As torch's in-place ops: an inference tensor may be updated in place only inside
+    # inference_mode. The refusal comes before anything is written, on every path.
+    x, r, w = make_inputs(Case(device, torch.bfloat16, 4, H))
+    with torch.inference_mode():
+        ri = r.clone()
+    mod = FusedAddRMSNormFP8(H, device=device, dtype=torch.bfloat16)
+    for mode in ("grad", "no_grad"):
+        with GRAD_MODES[mode]():
+            for options in ({}, dict(normed=False), dict(scale_format="ue8m0_packed")):
+                with pytest.raises(RuntimeError, match="residual is an inference tensor, updated in place"):
+                    torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x, ri, w, **options)
+                with pytest.raises(RuntimeError, match="residual is an inference tensor"):
+                    torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x.view(2, 2, H), ri.view(2, 2, H), w, **options)
+            with pytest.raises(RuntimeError, match="residual is an inference tensor"):
+                mod(x, ri)
+    assert torch.equal(ri, r)
+    torch_fp8norm.rmsnorm_fp8_block_quant(ri, w)  # read only: fine
+    with torch.inference_mode():
+        got = torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x, ri, w)
+    check_contract(x, r, w, 1e-6, False, ri, *got)
+
+
+def test_version_bump_private_name_pinned():
+    # ops.py bumps versions through the C function torch.autograd.graph.increment_version calls.
+    from torch_fp8norm import ops
+    assert ops._bump_versions is torch._C._increment_version
+    t = torch.zeros(2)
+    v = t._version
+    ops._bump_versions((t,))
+    assert t._version == v + 1
+
+
 def test_documented():
     # The raw ops and each overload carry a docstring; the result type's fields show their types.
     import pydoc
@@ -80,11 +212,18 @@ def test_documented():
     assert "ForwardRef" not in text and "out: torch.Tensor" in text
 
 
-class _HFStyleRMSNorm(nn.Module):  # the attributes of Hugging Face's LlamaRMSNorm
+class _HFStyleRMSNorm(nn.Module):  # Hugging Face's LlamaRMSNorm
     def __init__(self, h, eps):
         super().__init__()
         self.weight = nn.Parameter(torch.randn(h) * 0.5 + 1)
         self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -105,11 +244,11 @@ def test_module_matches_the_ops(device):
 
 
 def test_module_options_and_errors():
-    mod = FusedAddRMSNormFP8.from_rmsnorm(nn.RMSNorm(256), normed=False)  # eps None: finfo(dtype).eps
+    mod = FusedAddRMSNormFP8.from_rmsnorm(nn.RMSNorm(256), normed=False)  # eps None: finfo(float32).eps
     x = torch.randn(3, 256, dtype=torch.bfloat16)
     got = mod(x)
     assert got.normed is None
-    want = torch_fp8norm.rmsnorm_fp8_block_quant(x, torch.ones(256), torch.finfo(torch.bfloat16).eps)
+    want = torch_fp8norm.rmsnorm_fp8_block_quant(x, torch.ones(256), torch.finfo(torch.float32).eps)
     assert_fp8_equal(got.out, want.out, "out")
     assert "normed=False" in repr(mod)
     no_affine = FusedAddRMSNormFP8.from_rmsnorm(nn.RMSNorm(256, elementwise_affine=False))
@@ -127,15 +266,15 @@ def test_module_options_and_errors():
         FusedAddRMSNormFP8.from_rmsnorm(biased)
     with pytest.raises(ValueError, match="Linear is not an RMS norm"):
         FusedAddRMSNormFP8.from_rmsnorm(nn.Linear(384, 384))
-    with pytest.raises(ValueError, match="eps must be finite and >= 0"):
+    with pytest.raises(RuntimeError, match="eps must be finite and >= 0"):
         FusedAddRMSNormFP8(256, eps=-1e-6)
     no_weight = nn.Module()
     no_weight.eps = 1e-6
     with pytest.raises(ValueError, match="no weight"):
         FusedAddRMSNormFP8.from_rmsnorm(no_weight)
-    with pytest.raises(ValueError, match="multiple of 128"):
+    with pytest.raises(RuntimeError, match="multiple of 128"):
         FusedAddRMSNormFP8(200)
-    with pytest.raises(ValueError, match="scale_format"):
+    with pytest.raises(RuntimeError, match="scale_format"):
         FusedAddRMSNormFP8(256, scale_format="ue8m0_pack")
 
 
@@ -183,7 +322,7 @@ def test_autograd_is_refused_and_versions_bumped(device):
     with torch.inference_mode():  # inference tensors have no version counter; nothing to bump
         xi, ri, wi = x.clone(), r.clone(), w.clone()
         torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(xi, ri, wi)
-    torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(xi, ri, wi)  # outside inference mode too
+    torch_fp8norm.rmsnorm_fp8_block_quant(xi, wi)  # outside inference mode too (its update is refused)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -5,11 +5,16 @@ The wrappers accept inputs of shape (..., H) and view them as [M, H]; the ops th
 return a :class:`BlockQuantized`. Unlike the raw ops they are autograd-safe: a call that autograd
 would record raises before anything is written, and the residual they update gets its version
 counter bumped, as torch's in-place ops do. See the README for the full contract.
+
+Errors, one type per mistake whatever the entry point: an argument of the wrong Python type
+(None for a tensor, a string for a bool) raises TypeError naming it; an argument value the ops
+refuse (shape, dtype, device, strides, overlap, eps, hidden size, option name) raises
+RuntimeError, the raw ops' own error, before anything is written.
 """
+import numbers
 from typing import NamedTuple, Optional, Tuple
 
 import torch
-from torch.autograd.graph import increment_version as _increment_version
 from torch.compiler import is_compiling as _is_compiling
 
 from ._fake import FUSED_OP, PLAIN_OP, _list
@@ -103,16 +108,45 @@ def block_scale_strides(m: int, h: int, layout: str = "deepgemm", scale_format: 
         return (1, max(m, 1))
     if layout == "row":
         return (block_scale_columns(h, scale_format), 1)
-    raise ValueError(f"scale_layout must be one of {SCALE_LAYOUTS}, got {layout!r}")
+    _check_option("scale_layout", layout, SCALE_LAYOUTS, "torch_fp8norm.block_scale_strides")
+    raise AssertionError(layout)  # unreachable: _check_option raised
 
 
-def _check_options(scale_layout: str, scale_format: str) -> bool:
-    """The ops' scale_ue8m0 for the options; ValueError for an unknown one."""
-    if scale_layout not in SCALE_LAYOUTS:
-        raise ValueError(f"scale_layout must be one of {SCALE_LAYOUTS}, got {scale_layout!r}")
-    if scale_format not in SCALE_FORMATS:
-        raise ValueError(f"scale_format must be one of {SCALE_FORMATS}, got {scale_format!r}")
+def _check_options(scale_layout: str, scale_format: str, normed: bool, op: str) -> bool:
+    """The ops' scale_ue8m0 for the options: RuntimeError for an unknown one, TypeError for one of
+    the wrong type."""
+    if (scale_layout not in SCALE_LAYOUTS or scale_format not in SCALE_FORMATS
+            or (normed is not True and normed is not False)):
+        _check_option("scale_layout", scale_layout, SCALE_LAYOUTS, op)
+        _check_option("scale_format", scale_format, SCALE_FORMATS, op)
+        raise TypeError(f"{op}: normed must be a bool, got {type(normed).__name__}") from None
     return scale_format != "fp32"
+
+
+def _check_option(name: str, value, allowed: Tuple[str, ...], op: str) -> None:
+    if value not in allowed:
+        if not isinstance(value, str):
+            raise TypeError(f"{op}: {name} must be a str, one of {allowed}, got {type(value).__name__}") from None
+        raise RuntimeError(f"{op}: {name} must be one of {allowed}, got {value!r}")
+
+
+def _check_types(op: str, input, residual, weight, eps, fused: bool) -> None:
+    """TypeError naming the first argument of the wrong Python type, if any. Called only once a
+    call has failed: the common path pays nothing for it (an exception handler)."""
+    for name, t in (("input", input), ("residual", residual), ("weight", weight)):
+        if (fused or name != "residual") and not isinstance(t, Tensor):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}") from None
+    _float_eps(op, eps)
+
+
+def _inference_update_allowed(op: str) -> bool:
+    """For an inference tensor residual: True inside inference mode; outside it, torch's in-place ops
+    refuse to update one (it has no version counter), and so do these functions."""
+    if _inference_mode():
+        return True
+    raise RuntimeError(f"{op}: residual is an inference tensor, updated in place: as for torch's in-place ops, "
+                       "that is allowed only inside torch.inference_mode() (or pass residual.clone(), a normal "
+                       "tensor)")
 
 
 def _refuse_grad(op: str, input: Tensor, residual: Optional[Tensor], weight: Tensor) -> None:
@@ -162,18 +196,47 @@ def _result(lead, out: Tensor, scale: Tensor, normed: Optional[Tensor]) -> Block
 # less its length check (the ops' schemas fix three returns).
 _as_result = tuple.__new__
 _is_grad_enabled = torch.is_grad_enabled
+_inference_mode = torch.is_inference_mode_enabled
+# After writing residual, its version counter is bumped, as by torch's in-place ops: not while
+# torch.compile traces (the graph's own mutation does), nor for an inference tensor (it has none;
+# _inference_update_allowed refuses one outside inference mode before anything is written), by
+#   bump = not (_is_compiling() or (residual.is_inference() and _inference_update_allowed(op)))
+try:  # what torch.autograd.graph.increment_version calls, less its isinstance test (a tuple of tensors)
+    from torch._C import _increment_version as _bump_versions
+except ImportError:  # pragma: no cover  (tests/test_python_api.py pins the private name)
+    from torch.autograd.graph import increment_version as _bump_versions
 
 
-def _call(op: str, functional, out_op, input: Tensor, residual: Optional[Tensor], weight: Tensor, eps: float,
+# eps=None: what torch.nn.RMSNorm and F.rms_norm use for float16, bfloat16 and float32 inputs alike,
+# the eps of their float32 arithmetic (their docstrings say torch.finfo(x.dtype).eps; the kernels
+# take the eps of the opmath type).
+EPS_NONE = torch.finfo(torch.float32).eps
+
+
+def _float_eps(op: str, eps) -> float:
+    """eps as the ops take it; None means EPS_NONE, as in torch.nn.RMSNorm."""
+    if eps is None:
+        return EPS_NONE
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"{op}: eps must be a float (or None: torch.finfo(torch.float32).eps, as in "
+                        f"torch.nn.RMSNorm), got {type(eps).__name__}") from None
+    return float(eps)
+
+
+def _call(op: str, functional, out_op, input: Tensor, residual: Optional[Tensor], weight: Tensor, eps,
           scale_layout: str, scale_format: str, normed: bool) -> BlockQuantized:
     """Either op (residual None: rmsnorm_*) for (..., H) inputs and any options: the functional
     overload where its outputs are what was asked for, else .out into outputs allocated here."""
-    ue8m0 = _check_options(scale_layout, scale_format)
+    ue8m0 = _check_options(scale_layout, scale_format, normed, op)
+    if eps.__class__ is not float:
+        eps = _float_eps(op, eps)
     if _is_grad_enabled():
         _refuse_grad(op, input, residual, weight)
     if residual is not None and residual.shape != input.shape:  # the ops see only the [M, H] views
         raise RuntimeError(f"{op}: residual must have the shape of input {_list(input.shape)}, "
                            f"got {_list(residual.shape)}")
+    bump = residual is not None and not (
+        _is_compiling() or (residual.is_inference() and _inference_update_allowed(op)))
     lead, x = input.shape[:-1], _rows(op, input, "input", False)
     ins = (x, weight) if residual is None else (x, _rows(op, residual, "residual", True), weight)
     if scale_layout == "deepgemm" and scale_format != "ue8m0_packed" and normed:
@@ -182,8 +245,8 @@ def _call(op: str, functional, out_op, input: Tensor, residual: Optional[Tensor]
         out, scale, n = _outputs(x, scale_layout, scale_format, normed)
         out_op(*ins, eps, ue8m0, out=out, block_scale=scale, normed_out=n)
         result = _result(lead, out, scale, n)
-    if residual is not None and not _is_compiling():
-        _increment_version(residual)
+    if bump:
+        _bump_versions((residual,))
     return result
 
 
@@ -191,7 +254,7 @@ def fused_add_rmsnorm_fp8_block_quant(
     input: Tensor,
     residual: Tensor,
     weight: Tensor,
-    eps: float = 1e-6,
+    eps: Optional[float] = 1e-6,
     *,
     scale_layout: str = "deepgemm",
     scale_format: str = "fp32",
@@ -204,7 +267,8 @@ def fused_add_rmsnorm_fp8_block_quant(
         input: (..., H) float16, bfloat16 or float32; H a positive multiple of 128.
         residual: same shape and dtype as input; updated in place (rounded to the dtype).
         weight: (H,), input's dtype or float32.
-        eps: added to the mean square before the reciprocal square root.
+        eps: added to the mean square before the reciprocal square root; None means
+            ``torch.finfo(torch.float32).eps`` for every input dtype, as in ``torch.nn.RMSNorm``.
         scale_layout: ``"deepgemm"`` (column-major, column stride round_up(M, 4); the default),
             ``"scaled_mm"`` (column-major, column stride M) or ``"row"`` (row-major); see
             :func:`block_scale_strides`. The layout of a 2-D call's [M, H/128] scales;
@@ -213,31 +277,38 @@ def fused_add_rmsnorm_fp8_block_quant(
             as float32) or ``"ue8m0_packed"`` (those powers of two as UE8M0 exponent bytes, four
             per int32: block_scale is int32 [..., ceil(H/512)], byte g % 4 of word g / 4 holding
             block g's biased exponent, padding bytes zero; DeepGEMM's sm_100 format).
-        normed: write and return ``normed``; False skips its stores (returned as None).
+        normed: write and return ``normed`` (a bool); False skips its stores (returned as None).
 
     Returns:
         BlockQuantized(out, block_scale, normed).
 
-    Raises RuntimeError, before writing anything, for arguments the op refuses and where autograd
-    would record the call (grad mode on and input, residual or weight requiring grad: there is no
-    backward). residual's version counter is bumped, as by torch's in-place ops (not for inference
-    tensors, nor while torch.compile traces).
+    Raises TypeError for an argument of the wrong type, and RuntimeError for an argument value
+    the op refuses, where autograd would record the call (grad mode on and input, residual or
+    weight requiring grad: there is no backward) and for an inference tensor residual outside
+    inference mode; all before writing anything. residual's version counter is bumped, as by
+    torch's in-place ops (not for inference tensors, nor while torch.compile traces).
     """
-    if input.dim() == 2 and scale_layout == "deepgemm" and scale_format == "fp32" and normed:
-        # The functional op as is: the common call's host cost, kept to the checks it needs.
-        if _is_grad_enabled() and (input.requires_grad or residual.requires_grad or weight.requires_grad):
-            _refuse_grad(FUSED_OP, input, residual, weight)
-        result = _FUSED(input, residual, weight, eps, False)
-        if not _is_compiling():
-            _increment_version(residual)
-        return _as_result(BlockQuantized, result)
-    return _call(FUSED_OP, _FUSED, _FUSED_OUT, input, residual, weight, eps, scale_layout, scale_format, normed)
+    try:
+        if (input.dim() == 2 and scale_layout == "deepgemm" and scale_format == "fp32" and normed is True
+                and eps.__class__ is float):
+            # The functional op as is: the common call's host cost, kept to the checks it needs.
+            if _is_grad_enabled() and (input.requires_grad or residual.requires_grad or weight.requires_grad):
+                _refuse_grad(FUSED_OP, input, residual, weight)
+            bump = not (_is_compiling() or (residual.is_inference() and _inference_update_allowed(FUSED_OP)))
+            result = _FUSED(input, residual, weight, eps, False)
+            if bump:
+                _bump_versions((residual,))
+            return _as_result(BlockQuantized, result)
+        return _call(FUSED_OP, _FUSED, _FUSED_OUT, input, residual, weight, eps, scale_layout, scale_format, normed)
+    except Exception:
+        _check_types(FUSED_OP, input, residual, weight, eps, True)  # a TypeError where one is due
+        raise
 
 
 def rmsnorm_fp8_block_quant(
     input: Tensor,
     weight: Tensor,
-    eps: float = 1e-6,
+    eps: Optional[float] = 1e-6,
     *,
     scale_layout: str = "deepgemm",
     scale_format: str = "fp32",
@@ -246,8 +317,13 @@ def rmsnorm_fp8_block_quant(
     """``normed = rmsnorm(input) * weight; (out, block_scale) = fp8_quant_1x128(normed)`` in one
     memory pass (a model's first layer: no residual). Arguments, results and errors as for
     :func:`fused_add_rmsnorm_fp8_block_quant`."""
-    if input.dim() == 2 and scale_layout == "deepgemm" and scale_format == "fp32" and normed:
-        if _is_grad_enabled() and (input.requires_grad or weight.requires_grad):
-            _refuse_grad(PLAIN_OP, input, None, weight)
-        return _as_result(BlockQuantized, _PLAIN(input, weight, eps, False))  # the functional op as is
-    return _call(PLAIN_OP, _PLAIN, _PLAIN_OUT, input, None, weight, eps, scale_layout, scale_format, normed)
+    try:
+        if (input.dim() == 2 and scale_layout == "deepgemm" and scale_format == "fp32" and normed is True
+                and eps.__class__ is float):
+            if _is_grad_enabled() and (input.requires_grad or weight.requires_grad):
+                _refuse_grad(PLAIN_OP, input, None, weight)
+            return _as_result(BlockQuantized, _PLAIN(input, weight, eps, False))  # the functional op as is
+        return _call(PLAIN_OP, _PLAIN, _PLAIN_OUT, input, None, weight, eps, scale_layout, scale_format, normed)
+    except Exception:
+        _check_types(PLAIN_OP, input, None, weight, eps, False)
+        raise

@@ -1,0 +1,109 @@
+"""FusedAddRMSNormFP8.from_rmsnorm runs the norm's own forward on a probe input and refuses, with a
+ValueError naming the module and the difference, a norm that computes something else; the norms
+it replaces (torch's, Hugging Face's two-rounding LlamaRMSNorm) are accepted."""
+import pytest
+import torch
+from torch import nn
+
+from fp8norm_testing import DEVICES, Case, check_contract, make_inputs
+from torch_fp8norm import FusedAddRMSNormFP8
+
+H = 256
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+
+
+class LlamaRMSNorm(nn.Module):  # Hugging Face transformers' LlamaRMSNorm, as written there
+    def __init__(self, hidden_size, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+
+class GemmaRMSNorm(nn.Module):  # Gemma's: x * rstd * (1 + weight), weight initialized to zeros
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        output = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
+        return (output * (1.0 + self.weight.float())).type_as(x)
+
+
+class ScaledRMSNorm(LlamaRMSNorm):  # an RMS norm times 2
+    def forward(self, hidden_states):
+        return 2 * super().forward(hidden_states)
+
+
+class WrongEpsRMSNorm(LlamaRMSNorm):  # its eps attribute is not the eps its forward uses
+    def __init__(self, hidden_size, eps, forward_eps):
+        super().__init__(hidden_size, eps)
+        self.forward_eps = forward_eps
+
+    def forward(self, hidden_states):
+        x = hidden_states.float()
+        return (self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.forward_eps))).to(
+            hidden_states.dtype)
+
+
+def _weighted(norm, dtype, device):
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(H) * 0.3 + 1)
+    return norm.to(device=device, dtype=dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_norms_it_replaces_are_accepted(device, dtype):
+    norms = [(nn.RMSNorm(H, eps=1e-5), 1e-5), (nn.RMSNorm(H), torch.finfo(torch.float32).eps),
+             (LlamaRMSNorm(H, 1e-6), 1e-6), (LlamaRMSNorm(H, 0.0), 0.0)]
+    for norm, eps in norms:
+        norm = _weighted(norm, dtype, device)
+        mod = FusedAddRMSNormFP8.from_rmsnorm(norm)
+        x, r, _ = make_inputs(Case(device, dtype, 3, H))
+        r0 = r.clone()
+        check_contract(x, r0, norm.weight.detach(), eps, False, r, *mod(x, r))
+    # Hugging Face's norm with a float32 weight (its default), run on bf16 activations.
+    norm = _weighted(LlamaRMSNorm(H), torch.float32, device)
+    FusedAddRMSNormFP8.from_rmsnorm(norm)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_norms_that_compute_something_else_are_refused(device, dtype):
+    for norm, why in ((GemmaRMSNorm(H), "Gemma, zero weight"), (_weighted(GemmaRMSNorm(H), dtype, device), "Gemma"),
+                      (_weighted(ScaledRMSNorm(H), dtype, device), "times 2"),
+                      (_weighted(WrongEpsRMSNorm(H, 1e-6, 1e-5), dtype, device), "eps 1e-5, not 1e-6"),
+                      (_weighted(WrongEpsRMSNorm(H, 1e-5, 1e-6), dtype, device), "eps 1e-6, not 1e-5"),
+                      (_weighted(WrongEpsRMSNorm(H, 0.0, 1e-6), dtype, device), "eps 1e-6, not 0")):
+        norm = norm.to(device=device, dtype=dtype)
+        name = type(norm).__name__
+        with pytest.raises(ValueError, match=f"{name} computes something other than .* differs from "
+                                             r"FusedAddRMSNormFP8's normed values by up to \d"):
+            FusedAddRMSNormFP8.from_rmsnorm(norm)
+
+
+def test_probe_edge_cases():
+    class TupleNorm(LlamaRMSNorm):
+        def forward(self, hidden_states):
+            return super().forward(hidden_states), None
+
+    with pytest.raises(ValueError, match="TupleNorm's forward did not return one tensor"):
+        FusedAddRMSNormFP8.from_rmsnorm(TupleNorm(H))
+    with pytest.raises(ValueError, match="RMSNorm has a float64 weight"):
+        FusedAddRMSNormFP8.from_rmsnorm(nn.RMSNorm(H, dtype=torch.float64))
+    # On the meta device there are no values to probe: the module is built as it is.
+    mod = FusedAddRMSNormFP8.from_rmsnorm(GemmaRMSNorm(H).to("meta"))
+    assert mod.weight.device.type == "meta"
+    # The probe leaves the norm as it was, and needs no grad mode.
+    norm = LlamaRMSNorm(H)
+    before = norm.weight.detach().clone()
+    FusedAddRMSNormFP8.from_rmsnorm(norm)
+    assert torch.equal(norm.weight, before) and norm.weight.grad is None
