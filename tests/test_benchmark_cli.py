@@ -166,3 +166,45 @@ def test_header_and_table_for_cuda_records(bench, tmp_path, capsys):
     pytest.importorskip("matplotlib")
     bench.plot(meta, tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_benchmark_argument_errors(bench, monkeypatch, capsys):
+    # Mistakes are usage errors before anything is measured, not tracebacks after.
+    for shapes, words in (("100x1000", "'100x1000': M must be >= 1 and H a positive multiple of 128"),
+                          ("0x256", "M must be >= 1"), ("16-256", "'16-256' is not MxH")):
+        with pytest.raises(SystemExit) as exit_info:
+            bench.main([*FAST, "--shapes", shapes])
+        assert exit_info.value.code == 2 and words in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as where it is not installed
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main([*FAST, "--shapes", "2x256", "--plot", "p.png"])
+    assert exit_info.value.code == 2 and "--plot needs matplotlib" in capsys.readouterr().err
+
+
+def test_benchmark_max_gb_names_the_need(bench, capsys):
+    bench.main([*FAST, "--shapes", "16x4096", "--max-gb", "0.000001"])
+    err = capsys.readouterr().err
+    assert "skipped 16x4096: needs ~0.00152 GB > --max-gb 1e-06" in err
+
+
+def _record(copy_memcpy, copy_kernel, op):
+    us = dict(copy_memcpy=copy_memcpy, copy_kernel=copy_kernel, copy=min(copy_memcpy, copy_kernel),
+              copy_nonormed_memcpy=1.0, copy_nonormed_kernel=1.0, copy_nonormed=1.0, op=op, op_nonormed=1.0)
+    return dict(M=16, H=4096, us=us, spread={k: 1.0 for k in us},
+                pct_of_copy=dict(op=100 * us["copy"] / op, op_nonormed=100.0))
+
+
+def test_benchmark_remeasures_implausible_cpu_readings(bench, monkeypatch, capsys):
+    # Under load a CPU run once printed copy 6665.92 µs at 16x4096 and "op % of copy 11867": such
+    # a record is measured again, and a warning names the shape if it stays implausible.
+    good, bogus = _record(20.0, 22.0, 25.0), _record(6665.92, 21.0, 56.2)
+    assert bench.implausible(good) is None
+    assert "copy: memcpy 6665.92 µs, copy kernel 21.00 µs" in bench.implausible(bogus)
+    assert "op at 11861% of copy" in bench.implausible(_record(6665.92, 6665.92, 56.2))
+    readings = iter([bogus, good])
+    monkeypatch.setattr(bench, "bench_shape", lambda *a: next(readings))
+    assert bench.main([*FAST, "--shapes", "16x4096"]) == [good]
+    assert "WARNING" not in capsys.readouterr().err
+    monkeypatch.setattr(bench, "bench_shape", lambda *a: bogus)
+    assert bench.main([*FAST, "--shapes", "16x4096"]) == [bogus]
+    assert "WARNING: 16x4096: the readings disagree (copy: memcpy 6665.92" in capsys.readouterr().err
