@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <initializer_list>
 #include <stdexcept>
 #include <utility>
 
@@ -76,17 +77,15 @@ struct Info {
   void* data;
 };
 
-// t's Info. torch passes None for a Tensor argument as an undefined tensor (torch's Python
-// argument parsing maps None to one, for every op's Tensor arguments), whose dtype the stable ABI
-// cannot name: that failure becomes an error naming the argument. Costs nothing on valid calls.
-Info read(const char* op, const char* what, const Tensor& t) {
-  try {
-    return Info(t);
-  } catch (const std::exception&) {
+// After a failure while reading the tensors: torch passes None for a Tensor argument as an
+// undefined tensor (torch's Python argument parsing maps None to one, for every op's Tensor
+// arguments), whose dtype the stable ABI cannot name. Names the first undefined argument, if any;
+// else returns, and the caller rethrows. Valid calls never get here.
+void refuse_none(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> args) {
+  for (const auto& [what, t] : args) {
     bool defined = true;
-    FP8NORM_SHIM_CHECK(aoti_torch_is_defined(t.get(), &defined));
+    if (t != nullptr) FP8NORM_SHIM_CHECK(aoti_torch_is_defined(t->get(), &defined));
     FP8NORM_CHECK(defined, op, ": ", what, " must be a Tensor, got None");
-    throw;
   }
 }
 
@@ -328,34 +327,42 @@ Outputs allocate_outputs(const Tensor& input, const Info& info) {
           empty_strided({m, h}, {h, 1}, dtype, device_type, device_index)};
 }
 
-std::optional<Info> info_of(const char* op, const char* what, const Tensor* t) {
-  return t != nullptr ? std::optional<Info>(read(op, what, *t)) : std::nullopt;
-}
+std::optional<Info> info_of(const Tensor* t) { return t != nullptr ? std::optional<Info>(*t) : std::nullopt; }
 const Info* ptr(const std::optional<Info>& i) { return i ? &*i : nullptr; }
 
 }  // namespace
 
 RowArgs prepare(const char* op, const Tensor& input, const Tensor* residual, const Tensor& weight, double eps,
                 bool scale_ue8m0, const Tensor& out, const Tensor& block_scale, const OptTensor& normed_out) {
-  const Info i = read(op, "input", input), w = read(op, "weight", weight), o = read(op, "out", out),
-             s = read(op, "block_scale", block_scale);
-  const std::optional<Info> r = info_of(op, "residual", residual),
-                            n = info_of(op, "normed_out", normed_out ? &*normed_out : nullptr);
-  check_inputs(op, i, ptr(r), w, eps);
-  check_outputs(op, i, scale_ue8m0, o, s, ptr(n));
-  check_no_overlap(op, i, ptr(r), w, o, s, ptr(n));
-  return row_args(i, ptr(r), w, eps, scale_ue8m0, o, s, ptr(n));
+  const Tensor* n_t = normed_out ? &*normed_out : nullptr;
+  try {
+    const Info i(input), w(weight), o(out), s(block_scale);
+    const std::optional<Info> r = info_of(residual), n = info_of(n_t);
+    check_inputs(op, i, ptr(r), w, eps);
+    check_outputs(op, i, scale_ue8m0, o, s, ptr(n));
+    check_no_overlap(op, i, ptr(r), w, o, s, ptr(n));
+    return row_args(i, ptr(r), w, eps, scale_ue8m0, o, s, ptr(n));
+  } catch (const std::exception&) {
+    refuse_none(op, {{"input", &input}, {"residual", residual}, {"weight", &weight}, {"out", &out},
+                     {"block_scale", &block_scale}, {"normed_out", n_t}});
+    throw;
+  }
 }
 
 std::pair<RowArgs, Outputs> prepare_functional(const char* op, const Tensor& input, const Tensor* residual,
                                                const Tensor& weight, double eps, bool scale_ue8m0) {
-  const Info i = read(op, "input", input), w = read(op, "weight", weight);
-  const std::optional<Info> r = info_of(op, "residual", residual);
-  check_inputs(op, i, ptr(r), w, eps);
-  Outputs outs = allocate_outputs(input, i);
-  const Info o(std::get<0>(outs)), s(std::get<1>(outs)), n(std::get<2>(outs));
-  check_no_overlap(op, i, ptr(r), w, o, s, &n);  // the residual against input and weight
-  return {row_args(i, ptr(r), w, eps, scale_ue8m0, o, s, &n), std::move(outs)};
+  try {
+    const Info i(input), w(weight);
+    const std::optional<Info> r = info_of(residual);
+    check_inputs(op, i, ptr(r), w, eps);
+    Outputs outs = allocate_outputs(input, i);
+    const Info o(std::get<0>(outs)), s(std::get<1>(outs)), n(std::get<2>(outs));
+    check_no_overlap(op, i, ptr(r), w, o, s, &n);  // the residual against input and weight
+    return {row_args(i, ptr(r), w, eps, scale_ue8m0, o, s, &n), std::move(outs)};
+  } catch (const std::exception&) {
+    refuse_none(op, {{"input", &input}, {"residual", residual}, {"weight", &weight}});
+    throw;
+  }
 }
 
 }  // namespace fp8norm
