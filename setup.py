@@ -74,19 +74,30 @@ def sources(*patterns):
 
 
 # Compiled into both libraries: validation (csrc/common) and the launch policy, pure C++ (its
-# golden tests run on CPU through the CPU library's _launch_plan).
-shared = sources("csrc/common/*.cpp", "csrc/cuda/*.cpp")
+# golden tests run on CPU through the CPU library's _launch_plan); csrc/compat (below).
+shared = sources("csrc/common/*.cpp", "csrc/cuda/*.cpp", "csrc/compat/*.cpp")
+# manylinux_2_28, as torch's own wheels: glibc 2.28 and libstdc++ 3.4.24 suffice, whatever newer
+# toolchain builds the libraries. csrc/compat/glibc_2_28.h, force-included into every translation
+# unit (C++, and CUDA's host code), binds the few newer glibc symbols to old versions; compat.cpp
+# defines what that needs; exports.map exports PyInit_* alone (the string streams compat.cpp
+# instantiates, and every inline function of torch's and the C++ library's headers, stay local).
+compat = os.path.join(here, "csrc", "compat")
+force_include = ["-include", os.path.join(compat, "glibc_2_28.h")]
+# libdl and libpthread, needed even where no symbol binds to them (on glibc 2.34+ they are empty
+# stubs): older glibc keeps dlsym and pthread_once, at the versions glibc_2_28.h binds, in them.
+link = [f"-Wl,--version-script={os.path.join(compat, 'exports.map')}",
+        "-Wl,--push-state,--no-as-needed", "-l:libdl.so.2", "-l:libpthread.so.0", "-Wl,--pop-state"]
 # -fvisibility=hidden: each library keeps its own copy of those (and of torch's header-only
 # code) to itself; only PyInit_* is exported.
 # -fno-trapping-math: lets GCC compute both sides of a select (the CPU kernel's branch-free fp8
 # conversion) and vectorize; it changes no result (no reassociation, no fast-math).
 # -ffp-contract=off: no a * b + c fused into one FMA (GCC's default for C++ allows it), which
 # would change results in the CPU kernel's AVX2 / AVX-512 builds (csrc/cpu).
-cxx = ["-O3", "-fno-trapping-math", "-ffp-contract=off", "-fvisibility=hidden", *TARGET]
+cxx = ["-O3", "-fno-trapping-math", "-ffp-contract=off", "-fvisibility=hidden", *force_include, *TARGET]
 ext_modules = [
     # The CPU library: every schema, the CPU kernels. Needs libtorch_cpu only (the C shim).
     CppExtension("torch_fp8norm._C", sources("csrc/registration.cpp", "csrc/cpu/*.cpp") + shared,
-                 extra_compile_args={"cxx": cxx}, py_limited_api=True, libraries=[]),
+                 extra_compile_args={"cxx": cxx}, extra_link_args=link, py_limited_api=True, libraries=[]),
 ]
 if use_cuda:
     # The CUDA library, named for the CUDA major version of this torch (and of nvcc: BuildExtension
@@ -96,9 +107,11 @@ if use_cuda:
     # --compress-mode=size: the smallest fatbin (each image is decompressed once, when loaded).
     module = f"_C_cu{torch.version.cuda.split('.')[0]}"
     nvcc = ["-O3", "-lineinfo", "--compress-mode=size", "-DUSE_CUDA", "-Xcompiler=-fvisibility=hidden",
+            f"-Xcompiler={','.join(force_include)}",
             f"-DFP8NORM_CUDA_MODULE={module}", *TARGET]
     ext_modules.append(CUDAExtension(f"torch_fp8norm.{module}", sources("csrc/cuda/*.cu") + shared,
-                                     extra_compile_args={"cxx": cxx, "nvcc": nvcc}, py_limited_api=True))
+                                     extra_compile_args={"cxx": cxx, "nvcc": nvcc}, extra_link_args=link,
+                                     py_limited_api=True))
 # Link what the code calls and nothing else (CppExtension / CUDAExtension add libc10, libtorch, ...).
 for ext, libs in zip(ext_modules, (["torch_cpu"], ["torch_cpu", "torch_cuda", "cudart"])):
     ext.libraries = libs

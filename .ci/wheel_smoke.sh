@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Packaging check, run by .ci/run in its venv: `python -m build --no-isolation` (an sdist, then the
 # default wheel built from it: every GPU architecture when nvcc is there), `auditwheel repair`
-# (a manylinux tag; torch's libraries and the CUDA runtime stay outside), then the wheel's tags,
-# metadata, size, libraries (NEEDED, stable-ABI symbols only) and kernel images (cuobjdump). Then
-# the wheel is installed into fresh venvs from another folder: beside the CI venv's torch (a
-# smoke test) and beside torch 2.13.0's CPU build, where the whole CPU test suite runs.
+# (manylinux_2_28, as torch's own wheels; torch's libraries and the CUDA runtime stay outside),
+# then the wheel's tags, metadata, size, libraries (NEEDED, stable-ABI symbols only) and kernel
+# images (cuobjdump). Then the wheel is installed into fresh venvs from another folder: beside the
+# CI venv's torch (a smoke test), and beside torch 2.13.0's CPU build and torch 2.10.0's CUDA 12.8
+# build, where the whole CPU test suite runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
@@ -14,8 +15,9 @@ echo "building the sdist, then the default wheel from it (all GPU architectures 
 banners=$(grep -c "building the CUDA kernels too" "$work/build.log" || true)
 [ "$banners" -le 1 ] || { echo "the build banner was printed $banners times"; exit 1; }
 ls "$work"/dist/*.tar.gz
-python -m auditwheel repair --exclude 'libtorch*.so' --exclude 'libc10*.so' --exclude 'libcudart.so.*' \
-  -w "$work/wheel" "$work"/dist/*.whl > "$work/repair.log" 2>&1 || { cat "$work/repair.log"; exit 1; }
+python -m auditwheel show "$work"/dist/*.whl
+python -m auditwheel repair --plat manylinux_2_28_x86_64 --exclude 'libtorch*.so' --exclude 'libc10*.so' \
+  --exclude 'libcudart.so.*' -w "$work/wheel" "$work"/dist/*.whl > "$work/repair.log" 2>&1 || { cat "$work/repair.log"; exit 1; }
 wheel=$(ls "$work"/wheel/*.whl)
 cuobjdump=""
 if ls "$work"/dist/*.whl | xargs unzip -l | grep -q "_C_cu"; then
@@ -32,7 +34,7 @@ wheel, cuobjdump = sys.argv[1], sys.argv[2]
 name = os.path.basename(wheel)
 size = os.path.getsize(wheel)
 print(f"{name}: {size / 1e6:.1f} MB")
-assert re.search(r"-cp310-abi3-manylinux_2_\d+_x86_64\.whl$", name), name
+assert re.search(r"-cp310-abi3-(manylinux_2_\d+_x86_64\.)*manylinux_2_28_x86_64\.whl$", name), name
 assert size <= 50e6, f"the wheel is {size / 1e6:.1f} MB, over 50 MB"
 tmp = tempfile.mkdtemp()
 with zipfile.ZipFile(wheel) as z:
@@ -75,7 +77,10 @@ from torch_fp8norm import reference
 
 assert md.version("torch_fp8norm") == torch_fp8norm.__version__
 assert "site-packages" in torch_fp8norm.__file__, torch_fp8norm.__file__
-assert torch_fp8norm.has_cuda_kernels() == (torch.version.cuda is not None), torch.version.cuda
+import pathlib
+built = {p.name.split(".")[0] for p in pathlib.Path(torch_fp8norm.__file__).parent.glob("_C_cu*.so")}
+major = None if torch.version.cuda is None else torch.version.cuda.split(".")[0]
+assert torch_fp8norm.has_cuda_kernels() == (f"_C_cu{major}" in built), (torch.version.cuda, built)
 x = torch.randn(3, 256, dtype=torch.bfloat16)
 r = torch.randn_like(x)
 w = torch.rand(256, dtype=torch.bfloat16) + 0.5
@@ -99,12 +104,17 @@ torch_version=$(python -c "import torch; print(torch.__version__.split('+')[0])"
 "$work/venv/bin/python" -m pip install -q "torch==$torch_version" numpy "$wheel"
 smoke "$work/venv/bin/python"
 
-# Beside torch 2.13.0's CPU build (on this machine's disk): no CUDA library loaded, and the whole
-# test suite (its CPU tests; tests/test_stable_abi.py on the wheel's libraries) passes, from a
-# copy of the tests outside the repository.
-python3 -m venv "$work/venv213"
-"$work/venv213/bin/python" -m pip install -q torch==2.13.0 "$wheel" pytest hypothesis numpy expecttest tqdm
-smoke "$work/venv213/bin/python"
+# Beside torch 2.13.0's CPU build (on this machine's disk) and beside PyPI's default torch 2.10.0, a
+# CUDA 12.8 build: no CUDA library loaded (the ops refuse CUDA tensors), and the whole test suite
+# (its CPU tests; tests/test_stable_abi.py on the wheel's libraries) passes, from a copy of the
+# tests outside the repository.
 mkdir "$work/suite" && cp -r tests examples benchmarks README.md pyproject.toml "$work/suite/"
-(cd "$work/suite" && time "$work/venv213/bin/python" -m pytest -q -p no:cacheprovider tests)
+for torch_version in 2.13.0 2.10.0; do
+  venv="$work/venv-$torch_version"
+  python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q "torch==$torch_version" "$wheel" pytest hypothesis numpy expecttest tqdm
+  smoke "$venv/bin/python"
+  (cd "$work/suite" && time "$venv/bin/python" -m pytest -q -p no:cacheprovider tests)
+  rm -rf "$venv"
+done
 rm -rf "$work"

@@ -1,6 +1,8 @@
 """The built libraries use LibTorch's stable ABI only: no undefined C++ symbol of c10::, at:: or
 torch:: outside torch::stable (the C shim's functions are C symbols). Such a symbol would tie a
-library to the torch release it was built with."""
+library to the torch release it was built with. And they load where torch's own wheels do
+(manylinux_2_28): no glibc symbol newer than 2.28, no libstdc++ symbol newer than 3.4.24, and no
+export but PyInit_*."""
 import glob
 import os
 import re
@@ -14,8 +16,8 @@ import torch_fp8norm
 LIBS = sorted(glob.glob(os.path.join(os.path.dirname(torch_fp8norm.__file__), "*.so")))
 UNSTABLE = re.compile(r"(^|[^\w])(c10|at|torch)::")
 
-pytestmark = pytest.mark.skipif(shutil.which("nm") is None or shutil.which("c++filt") is None,
-                                reason="needs binutils (nm, c++filt)")
+pytestmark = pytest.mark.skipif(any(shutil.which(tool) is None for tool in ("nm", "c++filt", "objdump")),
+                                reason="needs binutils (nm, c++filt, objdump)")
 
 
 def test_the_libraries_are_there():
@@ -30,3 +32,20 @@ def test_only_stable_abi_symbols(lib):
     assert "aoti_torch_" in names  # the C shim: what the library does use
     bad = [line.strip() for line in names.splitlines() if UNSTABLE.search(line) and "torch::stable" not in line]
     assert not bad, f"{os.path.basename(lib)} uses {len(bad)} C++ symbols outside the stable ABI: {bad[:5]}"
+
+
+def _version(text: str):
+    return tuple(int(v) for v in text.split("."))
+
+
+@pytest.mark.parametrize("lib", LIBS, ids=os.path.basename)
+def test_manylinux_2_28_symbols(lib):
+    dynamic = subprocess.run(["objdump", "-T", lib], capture_output=True, text=True, check=True).stdout
+    newest = {}
+    for name, version in re.findall(r"\((GLIBC|GLIBCXX|CXXABI)_([\d.]+)\)", dynamic):
+        newest[name] = max(newest.get(name, (0,)), _version(version))
+    limits = {"GLIBC": (2, 28), "GLIBCXX": (3, 4, 24), "CXXABI": (1, 3, 11)}
+    assert all(newest[k] <= limits[k] for k in newest), newest
+    exported = [line.split()[-1] for line in dynamic.splitlines()
+                if "*UND*" not in line and re.search(r"\s(g|w)\s+D[FO]\s", line)]
+    assert exported and all(name.startswith("PyInit_") for name in exported), exported
