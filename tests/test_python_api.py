@@ -111,7 +111,7 @@ def test_wrong_types_raise_type_error(device, mode):
             with pytest.raises(TypeError, match="eps must be a float .or None"):
                 fused(x, r, w, "1e-6", **options)
             with pytest.raises(TypeError, match="eps must be a float"):
-                plain(x, w, True, **options)
+                plain(x, w, [1e-6], **options)
         for value in ("False", 0, None):
             with pytest.raises(TypeError, match="normed must be a bool, got"):
                 fused(x, r, w, normed=value)

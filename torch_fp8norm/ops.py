@@ -160,10 +160,11 @@ def _refuse_grad(op: str, input: Tensor, residual: Optional[Tensor], weight: Ten
 
 
 def _rows(op: str, t: Tensor, name: str, writable: bool) -> Tensor:
-    if t.dim() < 1:
-        raise RuntimeError(f"{op}: {name} must have at least one dimension (..., H), got a scalar")
-    if t.dim() == 2:
+    dim = t.dim()
+    if dim == 2:
         return t
+    if dim < 1:
+        raise RuntimeError(f"{op}: {name} must have at least one dimension (..., H), got a scalar")
     try:
         return t.view(-1, t.shape[-1])
     except RuntimeError:
@@ -214,10 +215,11 @@ EPS_NONE = torch.finfo(torch.float32).eps
 
 
 def _float_eps(op: str, eps) -> float:
-    """eps as the ops take it; None means EPS_NONE, as in torch.nn.RMSNorm."""
+    """eps as a float; None means EPS_NONE, as in torch.nn.RMSNorm. TypeError for what the ops'
+    float argument does not take either."""
     if eps is None:
         return EPS_NONE
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+    if not isinstance(eps, (numbers.Real, Tensor)):
         raise TypeError(f"{op}: eps must be a float (or None: torch.finfo(torch.float32).eps, as in "
                         f"torch.nn.RMSNorm), got {type(eps).__name__}") from None
     return float(eps)
@@ -228,8 +230,8 @@ def _call(op: str, functional, out_op, input: Tensor, residual: Optional[Tensor]
     """Either op (residual None: rmsnorm_*) for (..., H) inputs and any options: the functional
     overload where its outputs are what was asked for, else .out into outputs allocated here."""
     ue8m0 = _check_options(scale_layout, scale_format, normed, op)
-    if eps.__class__ is not float:
-        eps = _float_eps(op, eps)
+    if eps is None:
+        eps = EPS_NONE
     if _is_grad_enabled():
         _refuse_grad(op, input, residual, weight)
     if residual is not None and residual.shape != input.shape:  # the ops see only the [M, H] views
@@ -290,7 +292,7 @@ def fused_add_rmsnorm_fp8_block_quant(
     """
     try:
         if (input.dim() == 2 and scale_layout == "deepgemm" and scale_format == "fp32" and normed is True
-                and eps.__class__ is float):
+                and eps is not None):
             # The functional op as is: the common call's host cost, kept to the checks it needs.
             if _is_grad_enabled() and (input.requires_grad or residual.requires_grad or weight.requires_grad):
                 _refuse_grad(FUSED_OP, input, residual, weight)
@@ -319,7 +321,7 @@ def rmsnorm_fp8_block_quant(
     :func:`fused_add_rmsnorm_fp8_block_quant`."""
     try:
         if (input.dim() == 2 and scale_layout == "deepgemm" and scale_format == "fp32" and normed is True
-                and eps.__class__ is float):
+                and eps is not None):
             if _is_grad_enabled() and (input.requires_grad or weight.requires_grad):
                 _refuse_grad(PLAIN_OP, input, None, weight)
             return _as_result(BlockQuantized, _PLAIN(input, weight, eps, False))  # the functional op as is
