@@ -208,3 +208,10 @@ def test_benchmark_remeasures_implausible_cpu_readings(bench, monkeypatch, capsy
     monkeypatch.setattr(bench, "bench_shape", lambda *a: bogus)
     assert bench.main([*FAST, "--shapes", "16x4096"]) == [bogus]
     assert "WARNING: 16x4096: the readings disagree (copy: memcpy 6665.92" in capsys.readouterr().err
+
+
+def test_benchmark_plot(bench, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "p.png"
+    bench.main([*FAST, "--shapes", "2x256,4x256", "--plot", str(png)])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

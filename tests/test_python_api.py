@@ -1,5 +1,8 @@
 """The Python API: the wrappers' options (scale layout, scale format, normed), their named-tuple
 result, and the FusedAddRMSNormFP8 module, against the contract on every device."""
+import contextlib
+import io
+
 import pytest
 import torch
 from torch import nn
@@ -363,5 +366,22 @@ def test_readme_quick_use_runs():
     text = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
     start = text.index("```python\nimport torch, torch_fp8norm") + len("```python\n")
     scope = {}
-    exec(text[start:text.index("```", start)], scope)
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        exec(text[start:text.index("```", start)], scope)
     assert scope["q"].dtype == torch.float8_e4m3fn and scope["s"].stride() == (1, 4096)
+    assert printed.getvalue() == "torch.float8_e4m3fn torch.Size([4096, 56]) (1, 4096)\n"  # as its comment says
+
+
+def test_readme_set_up_commands_install_what_ci_installs():
+    # The README's two set-up commands (CUDA build of torch; CPU only) install the packages .ci/run
+    # installs, matplotlib (the benchmark's --plot) among them; the CPU-only one builds no CUDA.
+    import pathlib
+    import re
+    root = pathlib.Path(__file__).parents[1]
+    commands = re.findall(r"```bash\n(python3 -m venv .venv .*)\n```", (root / "README.md").read_text())
+    ci = re.search(r"pip install -q (torch==[\d.]+ [^\n]*)", (root / ".ci" / "run").read_text()).group(1).split()
+    assert len(commands) == 2 and "matplotlib" in ci
+    for command in commands:
+        words = command.split()
+        assert all(package in words for package in ci), (command, ci)
+    assert "FP8NORM_CPU_ONLY=1" in commands[1] and "whl/cpu" in commands[1]
