@@ -199,6 +199,7 @@ def test_benchmark_remeasures_implausible_cpu_readings(bench, monkeypatch, capsy
     # a record is measured again, and a warning names the shape if it stays implausible.
     good, bogus = _record(20.0, 22.0, 25.0), _record(6665.92, 21.0, 56.2)
     assert bench.implausible(good) is None
+    assert bench.implausible(_record(1.33, 4.46, 2.0)) is None  # small copies: a kernel's fixed cost
     assert "copy: memcpy 6665.92 µs, copy kernel 21.00 µs" in bench.implausible(bogus)
     assert "op at 11861% of copy" in bench.implausible(_record(6665.92, 6665.92, 56.2))
     readings = iter([bogus, good])

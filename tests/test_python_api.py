@@ -378,6 +378,8 @@ def test_readme_set_up_commands_install_what_ci_installs():
     import pathlib
     import re
     root = pathlib.Path(__file__).parents[1]
+    if not (root / ".ci" / "run").exists():
+        pytest.skip("runs in the repository (this copy of the tests has no .ci/run)")
     commands = re.findall(r"```bash\n(python3 -m venv .venv .*)\n```", (root / "README.md").read_text())
     ci = re.search(r"pip install -q (torch==[\d.]+ [^\n]*)", (root / ".ci" / "run").read_text()).group(1).split()
     assert len(commands) == 2 and "matplotlib" in ci

@@ -16,8 +16,8 @@ import torch_fp8norm
 LIBS = sorted(glob.glob(os.path.join(os.path.dirname(torch_fp8norm.__file__), "*.so")))
 UNSTABLE = re.compile(r"(^|[^\w])(c10|at|torch)::")
 
-pytestmark = pytest.mark.skipif(any(shutil.which(tool) is None for tool in ("nm", "c++filt", "objdump")),
-                                reason="needs binutils (nm, c++filt, objdump)")
+pytestmark = pytest.mark.skipif(any(shutil.which(tool) is None for tool in ("nm", "c++filt", "objdump", "readelf")),
+                                reason="needs binutils (nm, c++filt, objdump, readelf)")
 
 
 def test_the_libraries_are_there():
@@ -41,11 +41,23 @@ def _version(text: str):
 @pytest.mark.parametrize("lib", LIBS, ids=os.path.basename)
 def test_manylinux_2_28_symbols(lib):
     dynamic = subprocess.run(["objdump", "-T", lib], capture_output=True, text=True, check=True).stdout
+    # Exports, and the glibc bindings of csrc/compat, whatever the toolchain.
+    exported = [line.split()[-1] for line in dynamic.splitlines()
+                if "*UND*" not in line and re.search(r"\s(g|w)\s+D[FO]\s", line)]
+    assert exported and all(name.startswith("PyInit_") for name in exported), exported
+    for name in ("dlsym", "pthread_once"):
+        versions = re.findall(rf"\((GLIBC_[\d.]+)\)\s+{name}$", dynamic, re.M)
+        assert set(versions) <= {"GLIBC_2.2.5"}, (name, versions)
+    assert "__libc_single_threaded" not in dynamic
+    # Every symbol version, for the wheel's toolchain (GCC 12 on glibc 2.36, as .ci/run builds it):
+    # newer glibc headers redirect more functions (glibc 2.38's: strtol to __isoc23_strtol), which
+    # a source build there may use; it runs where it was built.
+    comment = subprocess.run(["readelf", "-p", ".comment", lib], capture_output=True, text=True).stdout
+    gcc = [int(v) for v in re.findall(r"GCC: \(.*?\) (\d+)\.", comment)]
+    if not gcc or max(gcc) > 12:
+        pytest.skip(f"built by GCC {max(gcc, default='?')}: the version limits hold for the wheel's GCC 12")
     newest = {}
     for name, version in re.findall(r"\((GLIBC|GLIBCXX|CXXABI)_([\d.]+)\)", dynamic):
         newest[name] = max(newest.get(name, (0,)), _version(version))
     limits = {"GLIBC": (2, 28), "GLIBCXX": (3, 4, 24), "CXXABI": (1, 3, 11)}
     assert all(newest[k] <= limits[k] for k in newest), newest
-    exported = [line.split()[-1] for line in dynamic.splitlines()
-                if "*UND*" not in line and re.search(r"\s(g|w)\s+D[FO]\s", line)]
-    assert exported and all(name.startswith("PyInit_") for name in exported), exported
