@@ -136,7 +136,7 @@ def _check_types(op: str, input, residual, weight, eps, fused: bool) -> None:
     for name, t in (("input", input), ("residual", residual), ("weight", weight)):
         if (fused or name != "residual") and not isinstance(t, Tensor):
             raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}") from None
-    _float_eps(op, eps)
+    _check_eps_type(op, eps)
 
 
 def _inference_update_allowed(op: str) -> bool:
@@ -214,15 +214,17 @@ except ImportError:  # pragma: no cover  (tests/test_python_api.py pins the priv
 EPS_NONE = torch.finfo(torch.float32).eps
 
 
-def _float_eps(op: str, eps) -> float:
-    """eps as a float; None means EPS_NONE, as in torch.nn.RMSNorm. TypeError for what the ops'
-    float argument does not take either."""
-    if eps is None:
-        return EPS_NONE
-    if not isinstance(eps, (numbers.Real, Tensor)):
+def _check_eps_type(op: str, eps) -> None:
+    """TypeError for an eps that the ops' float argument does not take either (None is EPS_NONE)."""
+    if eps is not None and not isinstance(eps, (numbers.Real, Tensor)):
         raise TypeError(f"{op}: eps must be a float (or None: torch.finfo(torch.float32).eps, as in "
                         f"torch.nn.RMSNorm), got {type(eps).__name__}") from None
-    return float(eps)
+
+
+def _float_eps(op: str, eps) -> float:
+    """eps as a float; None means EPS_NONE, as in torch.nn.RMSNorm."""
+    _check_eps_type(op, eps)
+    return EPS_NONE if eps is None else float(eps)
 
 
 def _call(op: str, functional, out_op, input: Tensor, residual: Optional[Tensor], weight: Tensor, eps,
