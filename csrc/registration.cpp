@@ -29,9 +29,9 @@ namespace {
 // (tests/test_launch_policy.py: the golden file). Pure C++: in CPU-only builds too.
 std::string launch_plan(int64_t rows, int64_t hidden, int64_t elem_size, bool residual, bool normed, bool aligned,
                         bool weight_fp32, bool one_stride, bool scale_lines, int64_t sms, int64_t image_arch,
-                        int64_t l2_bytes, int64_t max_smem, bool pdl, std::string force) {
+                        int64_t l2_bytes, int64_t max_smem, bool pdl, std::string force, bool sum_f32) {
   launch::Problem p{rows, hidden, static_cast<int>(elem_size), residual, normed, aligned, weight_fp32,
-                    one_stride, scale_lines};
+                    one_stride, scale_lines, sum_f32};
   launch::Device d{static_cast<int>(sms), static_cast<int>(image_arch), l2_bytes, max_smem, pdl};
   FP8NORM_CHECK(rows > 0 && hidden > 0 && hidden % launch::kBlock == 0 && (elem_size == 2 || elem_size == 4),
                 "fp8norm._launch_plan: rows > 0, H a positive multiple of 128, elem_size 2 or 4");
@@ -51,24 +51,24 @@ std::string launch_plan(int64_t rows, int64_t hidden, int64_t elem_size, bool re
 STABLE_TORCH_LIBRARY(fp8norm, m) {
   m.def(
       "fused_add_rmsnorm_fp8_block_quant(Tensor input, Tensor(a!) residual, Tensor weight, "
-      "float eps=1e-06, bool scale_ue8m0=False) -> (Tensor, Tensor, Tensor)");
+      "float eps=1e-06, bool scale_ue8m0=False, str norm_convention=\"torch\") -> (Tensor, Tensor, Tensor)");
   m.def(
       "fused_add_rmsnorm_fp8_block_quant.out(Tensor input, Tensor(a!) residual, Tensor weight, "
-      "float eps=1e-06, bool scale_ue8m0=False, *, Tensor(b!) out, Tensor(c!) block_scale, "
-      "Tensor(d!)? normed_out=None) -> ()");
+      "float eps=1e-06, bool scale_ue8m0=False, str norm_convention=\"torch\", *, Tensor(b!) out, "
+      "Tensor(c!) block_scale, Tensor(d!)? normed_out=None) -> ()");
   m.def(
       "rmsnorm_fp8_block_quant(Tensor input, Tensor weight, float eps=1e-06, "
-      "bool scale_ue8m0=False) -> (Tensor, Tensor, Tensor)");
+      "bool scale_ue8m0=False, str norm_convention=\"torch\") -> (Tensor, Tensor, Tensor)");
   m.def(
       "rmsnorm_fp8_block_quant.out(Tensor input, Tensor weight, float eps=1e-06, "
-      "bool scale_ue8m0=False, *, Tensor(b!) out, Tensor(c!) block_scale, "
+      "bool scale_ue8m0=False, str norm_convention=\"torch\", *, Tensor(b!) out, Tensor(c!) block_scale, "
       "Tensor(d!)? normed_out=None) -> ()");
   // Private, for the tests: the launch policy (the CUDA library adds _force_kernel and
   // _kernel_image_arch).
   m.def(
       "_launch_plan(int rows, int hidden, int elem_size, bool residual, bool normed, bool aligned, "
       "bool weight_fp32, bool one_stride, bool scale_lines, int sms, int image_arch, int l2_bytes, int max_smem, "
-      "bool pdl, str force='') -> str");
+      "bool pdl, str force='', bool sum_f32=False) -> str");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(fp8norm, CPU, m) { FP8NORM_REGISTER_KERNELS(m, fp8norm::Kernels<&fp8norm::cpu::run>); }

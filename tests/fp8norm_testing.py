@@ -144,15 +144,18 @@ def assert_bitwise(got: torch.Tensor, want: torch.Tensor, what: str):
     _first_mismatch(~same, what, got, w, lambda v: repr(v.item()))
 
 
-def exact_rstd_normalize(s: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """reference.rms_normalize with rstd computed exactly (float64) and rounded once to float32."""
+def exact_rstd_normalize(s: torch.Tensor, weight: torch.Tensor, eps: float, dtype=None,
+                         norm_convention: str = "torch") -> torch.Tensor:
+    """reference.rms_normalize of the values s (as `dtype`, default s.dtype) with rstd computed
+    exactly (float64) and rounded once to float32."""
     x = s.float()
     mean_sq = x.square().double().mean(-1, keepdim=True)
     rstd = torch.rsqrt(mean_sq + torch.tensor(eps, dtype=torch.float32).double()).float()
-    return (x * rstd * weight.float()).to(s.dtype)
+    return R.rms_normalize(x, weight, eps, dtype or s.dtype, norm_convention, rstd=rstd)
 
 
-def check_contract(x, residual_before, weight, eps, ue8m0, residual_after, out, block_scale, normed):
+def check_contract(x, residual_before, weight, eps, ue8m0, residual_after, out, block_scale, normed,
+                   norm_convention="torch"):
     """The numerical contract, checked against reference.py on the op's own device (every step
     of the reference there is exact: float32 adds, products and divisions by tensors, float64
     for rstd), so that CUDA results need no copy to the host.
@@ -161,7 +164,7 @@ def check_contract(x, residual_before, weight, eps, ue8m0, residual_after, out, 
     evaluated with rstd computed in float64 and rounded once to float32 (the kernels' rstd; the
     reference's own float32 mean and rsqrt are a few float32 ulps off it, and their order differs
     between devices). out and block_scale are bitwise the reference's quantization of the op's
-    own normed_out. residual_before is None for rmsnorm_fp8_block_quant.
+    own normed_out. residual_before is None for rmsnorm_fp8_block_quant. Under norm_convention.
     """
     if REFERENCE_DEVICE is not None:
         x, residual_before, weight, residual_after, out, block_scale, normed = (
@@ -169,12 +172,12 @@ def check_contract(x, residual_before, weight, eps, ue8m0, residual_after, out, 
             for t in (x, residual_before, weight, residual_after, out, block_scale, normed))
     if residual_before is not None:
         rc = residual_before.clone()
-        R.fused_add_rmsnorm_fp8_block_quant(x, rc, weight, eps, ue8m0)
+        R.fused_add_rmsnorm_fp8_block_quant(x, rc, weight, eps, ue8m0, norm_convention)
         assert_bitwise(residual_after, rc, "residual")
-        s_ref = rc
+        s_ref = R.residual_sum(x, residual_before, norm_convention)[1]
     else:
         s_ref = x
-    ref_normed = exact_rstd_normalize(s_ref, weight, eps)
+    ref_normed = exact_rstd_normalize(s_ref, weight, eps, x.dtype, norm_convention)
     d = ulp_distance(normed, ref_normed)
     if d.numel():
         worst = int(d.argmax())
@@ -217,6 +220,7 @@ class Case:
     eps: float = 1e-6
     pads: Optional[dict] = None  # per row stream ("input", "residual", "normed", "out"): its own
                                  # extra elements per row instead of `pad` (missing: 0)
+    norm_convention: str = "torch"
 
     def pad_of(self, stream: str) -> int:
         return self.pad if self.pads is None else self.pads.get(stream, 0)
@@ -256,9 +260,9 @@ def run_case(c: Case, x, r, w):
     """Calls the op for a case. Returns (out, block_scale, normed or None)."""
     if c.functional:
         if c.fused:
-            out, s, n = torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r, w, c.eps, c.ue8m0)
+            out, s, n = torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r, w, c.eps, c.ue8m0, c.norm_convention)
         else:
-            out, s, n = torch.ops.fp8norm.rmsnorm_fp8_block_quant(x, w, c.eps, c.ue8m0)
+            out, s, n = torch.ops.fp8norm.rmsnorm_fp8_block_quant(x, w, c.eps, c.ue8m0, c.norm_convention)
         assert s.stride() == torch_fp8norm.block_scale_strides(c.m, c.h) or c.m * c.h == 0
         assert out.is_contiguous() and n.is_contiguous()
         return out, s, n
@@ -266,9 +270,10 @@ def run_case(c: Case, x, r, w):
     before = {name: storage_bytes(t) for name, t in (("out", out), ("block_scale", s), ("normed_out", n)) if t is not None}
     if c.fused:
         torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out(
-            x, r, w, c.eps, c.ue8m0, out=out, block_scale=s, normed_out=n)
+            x, r, w, c.eps, c.ue8m0, c.norm_convention, out=out, block_scale=s, normed_out=n)
     else:
-        torch.ops.fp8norm.rmsnorm_fp8_block_quant.out(x, w, c.eps, c.ue8m0, out=out, block_scale=s, normed_out=n)
+        torch.ops.fp8norm.rmsnorm_fp8_block_quant.out(x, w, c.eps, c.ue8m0, c.norm_convention, out=out, block_scale=s,
+                                                      normed_out=n)
     for name, t in (("out", out), ("block_scale", s), ("normed_out", n)):
         if t is not None:
             assert_only_view_written(t, before[name], name)
@@ -291,5 +296,5 @@ def check_case(c: Case, values=None):
         out2, s2, n = run_case(full, x, r2, w)
         assert_fp8_equal(out, out2, "out (normed_out=None vs written)")
         assert_bitwise(s, s2, "block_scale (normed_out=None vs written)")
-    check_contract(x, r_before, w, c.eps, c.ue8m0, r, out, s, n)
+    check_contract(x, r_before, w, c.eps, c.ue8m0, r, out, s, n, c.norm_convention)
     return x, r, w, out, s, n

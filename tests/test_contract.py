@@ -4,6 +4,8 @@ import itertools
 import pytest
 import torch
 
+from torch_fp8norm import reference as R
+
 from fp8norm_testing import DEVICES, DTYPES, LAYOUTS, Case, check_case, check_contract, make_inputs, out_buffers
 
 # (M, H): every M in {0, 1, 3, 4, 5, 127, 1024} and every H in {128, 1152, 2048, 4096, 7168,
@@ -14,9 +16,10 @@ SHAPES = [
     (1, 65536), (4, 65536),
 ]
 OPTIONS = [
-    dict(fused=f, functional=fn, weight_fp32=wf, pad=p, ue8m0=u, layout=lay, normed_none=nn)
-    for f, fn, wf, p, u, lay, nn in itertools.product(
-        [True, False], [False, True], [False, True], [0, 128, 1], [False, True], LAYOUTS, [False, True])
+    dict(fused=f, functional=fn, weight_fp32=wf, pad=p, ue8m0=u, layout=lay, normed_none=nn, norm_convention=nc)
+    for f, fn, wf, p, u, lay, nn, nc in itertools.product(
+        [True, False], [False, True], [False, True], [0, 128, 1], [False, True], LAYOUTS, [False, True],
+        R.NORM_CONVENTIONS)
     if not (fn and (nn or lay != "tma"))  # functional overloads take no outputs
 ]
 

@@ -13,7 +13,7 @@ def _valid(device):
     c = Case(device, BF, M, H)
     x, r, w = make_inputs(c)
     out, s, n = out_buffers(c)
-    return dict(input=x, residual=r, weight=w, eps=1e-6, out=out, block_scale=s, normed_out=n)
+    return dict(input=x, residual=r, weight=w, eps=1e-6, norm_convention="torch", out=out, block_scale=s, normed_out=n)
 
 
 def _buf(device, *shape, dtype=BF):
@@ -64,6 +64,8 @@ BAD = [
     ("block_scale inside normed_out", lambda a, d: {**a, "block_scale": a["normed_out"].view(torch.float32)[:, :H // 128]},
      "normed_out overlaps block_scale"),
     ("out inside input", lambda a, d: {**a, "out": a["input"].view(torch.float8_e4m3fn)[:, :H]}, "out overlaps input"),
+    ("unknown norm_convention", lambda a, d: {**a, "norm_convention": "llama"},
+     "norm_convention must be one of 'torch', 'hf', 'vllm', 'flashinfer', got 'llama'"),
 ]
 
 
@@ -71,9 +73,10 @@ def _call(args, fused):
     kw = {k: args[k] for k in ("out", "block_scale", "normed_out")}
     if fused:
         torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out(args["input"], args["residual"], args["weight"],
-                                                                args["eps"], **kw)
+                                                                args["eps"], False, args["norm_convention"], **kw)
     else:
-        torch.ops.fp8norm.rmsnorm_fp8_block_quant.out(args["input"], args["weight"], args["eps"], **kw)
+        torch.ops.fp8norm.rmsnorm_fp8_block_quant.out(args["input"], args["weight"], args["eps"], False,
+                                                      args["norm_convention"], **kw)
 
 
 def _snapshot(args):
@@ -114,9 +117,11 @@ def test_fake_kernels_raise_the_same_errors(name, make, pattern):
         if outputs_ok:  # the functional ops too
             with pytest.raises(RuntimeError, match=pattern):
                 if fused:
-                    torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant(a["input"], a["residual"], a["weight"], a["eps"])
+                    torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant(a["input"], a["residual"], a["weight"], a["eps"],
+                                                                        False, a["norm_convention"])
                 else:
-                    torch.ops.fp8norm.rmsnorm_fp8_block_quant(a["input"], a["weight"], a["eps"])
+                    torch.ops.fp8norm.rmsnorm_fp8_block_quant(a["input"], a["weight"], a["eps"], False,
+                                                              a["norm_convention"])
     _call({k: _as_meta(v) for k, v in _valid("cpu").items()}, True)  # and accept the valid call
 
 

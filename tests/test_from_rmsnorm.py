@@ -1,11 +1,12 @@
 """FusedAddRMSNormFP8.from_rmsnorm runs the norm's own forward on a probe input and refuses, with a
 ValueError naming the module and the difference, a norm that computes something else; the norms
-it replaces (torch's, Hugging Face's two-rounding LlamaRMSNorm) are accepted."""
+it replaces (torch's, Hugging Face's two-rounding LlamaRMSNorm, vLLM's RMSNorm) are accepted, each
+with its own norm convention, under which the module's results equal the norm's own."""
 import pytest
 import torch
 from torch import nn
 
-from fp8norm_testing import DEVICES, Case, check_contract, make_inputs
+from fp8norm_testing import DEVICES, Case, check_contract, make_inputs, ulp_distance
 from torch_fp8norm import FusedAddRMSNormFP8
 
 H = 256
@@ -24,6 +25,27 @@ class LlamaRMSNorm(nn.Module):  # Hugging Face transformers' LlamaRMSNorm, as wr
         variance = hidden_states.pow(2).mean(-1, keepdim=True)
         hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
         return self.weight * hidden_states.to(input_dtype)
+
+
+class VllmRMSNorm(nn.Module):  # vLLM's RMSNorm.forward_native, as written there (no variance override)
+    def __init__(self, hidden_size, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, x, residual=None):
+        orig_dtype = x.dtype
+        x = x.to(torch.float32)
+        if residual is not None:
+            x = x + residual.to(torch.float32)
+            residual = x.to(orig_dtype)
+        variance = x.pow(2).mean(dim=-1, keepdim=True)
+        x = x * torch.rsqrt(variance + self.variance_epsilon)
+        x = x.to(orig_dtype)
+        x = x * self.weight
+        if residual is None:
+            return x
+        return x, residual
 
 
 class GemmaRMSNorm(nn.Module):  # Gemma's: x * rstd * (1 + weight), weight initialized to zeros
@@ -59,20 +81,53 @@ def _weighted(norm, dtype, device):
     return norm.to(device=device, dtype=dtype)
 
 
+def _same_as_norm(norm, mod, dtype, device):
+    """The module's results equal the norm's own forward on fresh inputs, up to the rounding of
+    rstd: normed within 1 ulp in at most 1% of the elements (2-byte dtypes; float32: 2^-16
+    relative), the residual bitwise."""
+    x, r, _ = make_inputs(Case(device, dtype, 64, H))
+    with torch.no_grad():
+        if isinstance(norm, VllmRMSNorm):
+            theirs, r_theirs = norm(x, r.clone())
+        else:
+            r_theirs = (x.float() + r.float()).to(dtype)  # the model code's own residual add
+            theirs = norm(r_theirs)
+    got = mod(x, r)
+    assert torch.equal(r, r_theirs)
+    theirs = theirs.to(dtype)
+    if dtype == torch.float32:
+        torch.testing.assert_close(got.normed, theirs, rtol=2.0 ** -16, atol=0)
+    else:
+        d = ulp_distance(got.normed, theirs)
+        assert int(d.max()) <= 1 and int((d != 0).sum()) * 100 <= d.numel(), (int(d.max()), int((d != 0).sum()))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_norms_it_replaces_are_accepted(device, dtype):
-    norms = [(nn.RMSNorm(H, eps=1e-5), 1e-5), (nn.RMSNorm(H), torch.finfo(torch.float32).eps),
-             (LlamaRMSNorm(H, 1e-6), 1e-6), (LlamaRMSNorm(H, 0.0), 0.0)]
-    for norm, eps in norms:
+    # A float32 weight is probed with bfloat16 activations (with float32 ones the conventions
+    # coincide), as Hugging Face's float32 weights (its default) meet bfloat16 activations.
+    norms = [(nn.RMSNorm(H, eps=1e-5), 1e-5, "torch"), (nn.RMSNorm(H), torch.finfo(torch.float32).eps, "torch"),
+             (LlamaRMSNorm(H, 1e-6), 1e-6, "hf"), (LlamaRMSNorm(H, 0.0), 0.0, "hf"),
+             (VllmRMSNorm(H, 1e-6), 1e-6, "vllm")]
+    for norm, eps, convention in norms:
         norm = _weighted(norm, dtype, device)
         mod = FusedAddRMSNormFP8.from_rmsnorm(norm)
+        assert mod.norm_convention == convention, (type(norm).__name__, dtype)
         x, r, _ = make_inputs(Case(device, dtype, 3, H))
         r0 = r.clone()
-        check_contract(x, r0, norm.weight.detach(), eps, False, r, *mod(x, r))
-    # Hugging Face's norm with a float32 weight (its default), run on bf16 activations.
-    norm = _weighted(LlamaRMSNorm(H), torch.float32, device)
-    FusedAddRMSNormFP8.from_rmsnorm(norm)
+        check_contract(x, r0, norm.weight.detach(), eps, False, r, *mod(x, r), norm_convention=convention)
+        _same_as_norm(norm, mod, dtype, device)
+
+
+def test_a_forced_convention_is_kept():
+    norm = _weighted(LlamaRMSNorm(H), torch.bfloat16, "cpu")
+    for convention in ("torch", "flashinfer"):
+        assert FusedAddRMSNormFP8.from_rmsnorm(norm, norm_convention=convention).norm_convention == convention
+    with pytest.raises(ValueError, match="under norm_convention 'torch'"):  # Gemma, forced or not
+        FusedAddRMSNormFP8.from_rmsnorm(_weighted(GemmaRMSNorm(H), torch.bfloat16, "cpu"), norm_convention="torch")
+    with pytest.raises(RuntimeError, match="norm_convention must be one of"):
+        FusedAddRMSNormFP8.from_rmsnorm(norm, norm_convention="llama")
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -40,6 +40,27 @@ def rms_manual(s, w, eps):
     return (v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(s.dtype)
 
 
+def rms_hf(s, w, eps):  # transformers' LlamaRMSNorm.forward
+    v = s.to(torch.float32)
+    v = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps)
+    return w * v.to(s.dtype)
+
+
+def vllm_layer(normed_used=False, eps=1e-5):
+    """vLLM's RMSNorm.forward_native(x, residual), then the 1x128 quantization."""
+    def f(x, r, w):
+        orig_dtype = x.dtype
+        v = x.to(torch.float32)
+        v = v + r.to(torch.float32)
+        r = v.to(orig_dtype)
+        variance = v.pow(2).mean(dim=-1, keepdim=True)
+        v = v * torch.rsqrt(variance + eps)
+        h = v.to(orig_dtype) * w
+        q, s = quant(h)
+        return (q, s, r, h * 2) if normed_used else (q, s, r)
+    return f
+
+
 def layer(rms=rms_functional, residual_first=False, normed_used=False, eps=1e-5, **quant_options):
     def f(x, r, w):
         r = r + x if residual_first else x + r
@@ -95,6 +116,91 @@ def test_fused_forms_are_rewritten(device, rms, ue8m0, normed_used, residual_fir
         assert_fp8_equal(q, want[0], "out")
         assert_bitwise(s, want[1], "block_scale")
         check_contract(x, r0, w, 1e-5, ue8m0 is not None, r_new, want[0], want[1], want[2])
+
+
+@pytest.mark.parametrize("device", FUSION_DEVICES)
+@pytest.mark.parametrize("convention, normed_used", [("hf", False), ("hf", True), ("vllm", False), ("vllm", True)])
+def test_two_rounding_forms_keep_their_convention(device, convention, normed_used, fusion_on):
+    # Hugging Face's norm after its separate add, vLLM's forward_native: each fused with its own
+    # convention, the same bits as the eager op under it.
+    f = layer(rms_hf, True, normed_used) if convention == "hf" else vllm_layer(normed_used)
+    x, r, w = make_inputs(Case(device, torch.bfloat16, 6, H))
+    r0 = r.clone()
+    got, fused = compiled(f, x, r, w)
+    assert fused, "the pass did not rewrite the graph"
+    want = torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r0.clone(), w, 1e-5, False, convention)
+    assert_fp8_equal(got[0], want[0], "out")
+    assert_bitwise(got[1], want[1], "block_scale")
+    check_contract(x, r0, w, 1e-5, False, got[2], want[0], want[1], got[3] / 2 if normed_used else want[2],
+                   norm_convention=convention)
+
+
+class LlamaRMSNorm(torch.nn.Module):  # transformers' LlamaRMSNorm, as written there
+    def __init__(self, hidden_size, eps=1e-6):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+
+class Fp8Mlp(torch.nn.Module):  # an MLP whose input is quantized 1x128 (its GEMM: dequantized here)
+    def forward(self, h):
+        q, s = quant(h)
+        m, n = h.shape
+        return (q.float().view(m, n // 128, 128) * s[..., None]).view(m, n).to(h.dtype)
+
+
+class DecoderLayer(torch.nn.Module):  # transformers' LlamaDecoderLayer.forward (attention: a Linear)
+    def __init__(self, hidden_size, eps):
+        super().__init__()
+        self.self_attn = torch.nn.Linear(hidden_size, hidden_size, bias=False)
+        self.mlp = Fp8Mlp()
+        self.input_layernorm = LlamaRMSNorm(hidden_size, eps=eps)
+        self.post_attention_layernorm = LlamaRMSNorm(hidden_size, eps=eps)
+
+    def forward(self, hidden_states):
+        residual = hidden_states
+        hidden_states = self.input_layernorm(hidden_states)
+        hidden_states = self.self_attn(hidden_states)
+        hidden_states = residual + hidden_states
+
+        # Fully Connected
+        residual = hidden_states
+        hidden_states = self.post_attention_layernorm(hidden_states)
+        hidden_states = self.mlp(hidden_states)
+        hidden_states = residual + hidden_states
+        return hidden_states
+
+
+@pytest.mark.parametrize("device", FUSION_DEVICES)
+def test_hugging_face_decoder_layer(device, fusion_on):
+    # The post-attention norm and the MLP's input quantization become one op with convention "hf";
+    # the layer's output is bitwise what eager code computes with that op.
+    # Attention's weights are zero, so that the norm's input is the layer's input exactly (the
+    # compiled and the eager input norm may differ in their float32 sums' order); Inductor rounds
+    # where the code converts (emulate_precision_casts), as eager code does, so that the layer's
+    # other ops do not differ either.
+    torch.manual_seed(0)
+    layer_ = DecoderLayer(H, 1e-6).to(device=device, dtype=torch.bfloat16)
+    with torch.no_grad():
+        layer_.self_attn.weight.zero_()
+        layer_.post_attention_layernorm.weight.copy_(torch.randn(H) * 0.3 + 1)
+        x = torch.randn(64, H, device=device, dtype=torch.bfloat16)
+        with torch._inductor.config.patch(emulate_precision_casts=True):
+            got, fused = compiled(layer_, x)
+        assert fused, "the pass did not rewrite the graph"
+        eager = layer_(x)
+        q, s, _ = torch.ops.fp8norm.rmsnorm_fp8_block_quant(x, layer_.post_attention_layernorm.weight, 1e-6, False, "hf")
+        want = x + (q.float().view(64, -1, 128) * s[..., None]).view(64, H).to(torch.bfloat16)
+    assert_bitwise(got, want, "layer output")
+    # Eager code (float32 mean and rsqrt) differs from it only where rstd rounds differently.
+    assert int((got != eager).sum()) * 100 <= got.numel(), int((got != eager).sum())
 
 
 # A float32 weight with float16 activations is a form the pass fuses; tracing F.rms_norm on it
@@ -153,18 +259,17 @@ def test_forms_that_differ_are_left_alone(device, fusion_on):
         _, fused = compiled(layer(**options), x, r.clone(), w)
         assert not fused, why
 
-    def rms_weight_after_rounding(s, w, eps):  # Hugging Face's LlamaRMSNorm
-        v = s.float()
-        return w * (v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps)).to(s.dtype)
-
     def times_reciprocal(x, r, w):  # DeepGEMM's reference: multiply by 448 / amax
         r = x + r
         g = rms_functional(r, w, 1e-5).float().view(4, 2, 128)
         amax = g.abs().amax(-1, keepdim=True).clamp(min=1e-10)
         return (g * (448.0 / amax)).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(4, 256), (amax / 448.0).squeeze(-1), r
 
-    for why, f in (("weight after rounding", layer(rms_weight_after_rounding)), ("448 / amax", times_reciprocal)):
-        _, fused = compiled(f, x, r.clone(), w)
+    # Hugging Face's two roundings with a float32 weight: the product is float32, its values are
+    # quantized unrounded (no convention rounds them so).
+    for why, f, weight in (("two roundings, float32 weight", layer(rms_hf), w.float()),
+                           ("448 / amax", times_reciprocal, w)):
+        _, fused = compiled(f, x, r.clone(), weight)
         assert not fused, why
     # and with the pass off, nothing is rewritten
     fusion.disable_fusion()

@@ -11,6 +11,8 @@ import sys
 import pytest
 import torch
 
+from torch_fp8norm.reference import NORM_CONVENTIONS
+
 from fp8norm_testing import LAYOUTS, Case, check_case, forced_kernel, kernel_image_arch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -47,8 +49,9 @@ def kernel_cases():
     for kernel, cases in CASES.items():
         for i, (dtype, m, h, pad, opts) in enumerate(cases):
             opts = {"ue8m0": i % 2 == 1, "layout": LAYOUTS[i % len(LAYOUTS)], **opts}
-            yield pytest.param(kernel, Case("cuda", dtype, m, h, pad=pad, **opts),
-                               id=f"{kernel}-{str(dtype)[6:]}-{m}x{h}-pad{pad}")
+            for conv in NORM_CONVENTIONS:  # the float32 sum's kernels (vllm, flashinfer) too
+                yield pytest.param(kernel, Case("cuda", dtype, m, h, pad=pad, norm_convention=conv, **opts),
+                                   id=f"{kernel}-{str(dtype)[6:]}-{m}x{h}-pad{pad}-{conv}")
 
 
 @pytest.mark.parametrize("kernel,case", list(kernel_cases()))

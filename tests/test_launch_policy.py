@@ -22,7 +22,8 @@ MS = [1, 3, 16, 128, 512, 2048, 4096, 16384]
 HS = [128, 512, 1152, 1408, 2048, 2176, 4096, 5120, 7168, 8192, 16384, 32768, 65536]
 OPS = [(True, True), (True, False), (False, True), (False, False)]  # (residual, normed)
 ARGS = ("rows", "hidden", "elem_size", "residual", "normed", "aligned", "weight_fp32", "one_stride", "scale_lines",
-        "sms", "image_arch", "l2_bytes", "max_smem", "pdl")  # fp8norm._launch_plan's, in order
+        "sms", "image_arch", "l2_bytes", "max_smem", "pdl")  # fp8norm._launch_plan's, in order (then force
+                                                             # and sum_f32, keyword arguments here)
 
 
 def problems():
@@ -37,13 +38,14 @@ def problems():
         ("h200 no pdl", dict(base, pdl=False), H200),
         ("a100", base, A100),
         ("h200 compute_80 image", base, H200_PTX80),
+        ("h200 float32 sum", dict(base, sum_f32=True), H200),  # norm_convention vllm, flashinfer
     ]
     for (label, opts, dev), m, h in itertools.product(variants, MS, HS):
         yield label, dict(rows=m, hidden=h, elem_size=2, residual=True, normed=True, **opts, **dev)
 
 
 def plan_line(label, kw):
-    plan = torch.ops.fp8norm._launch_plan(*(kw[a] for a in ARGS))
+    plan = torch.ops.fp8norm._launch_plan(*(kw[a] for a in ARGS), sum_f32=kw.get("sum_f32", False))
     op = ("fused" if kw["residual"] else "plain") + ("" if kw["normed"] else " no-normed")
     return f"{label} es={kw['elem_size']} {op} {kw['rows']}x{kw['hidden']}: {plan}", plan
 
@@ -67,7 +69,8 @@ def test_every_plan_is_runnable():
     for label, kw in problems():
         _, plan = plan_line(label, kw)
         kernel = plan.split()[0].split("=")[1]
-        assert torch.ops.fp8norm._launch_plan(*(kw[a] for a in ARGS), kernel) == plan, (label, kw)
+        assert torch.ops.fp8norm._launch_plan(*(kw[a] for a in ARGS), kernel, kw.get("sum_f32", False)) == plan, (
+            label, kw)
 
 
 def test_plan_invariants():

@@ -24,25 +24,58 @@ def _call(fused, x, r, w, **options):
 @pytest.mark.parametrize("layout", ["deepgemm", "scaled_mm", "row"])
 @pytest.mark.parametrize("fmt", ["fp32", "ue8m0"])
 @pytest.mark.parametrize("fused", [True, False])
-def test_wrapper_options(device, layout, fmt, fused):
+@pytest.mark.parametrize("conv", ["torch", "vllm"])
+def test_wrapper_options(device, layout, fmt, fused, conv):
     for m, lead in ((1, ()), (6, ()), (6, (2, 3)), (8, ())):
         x, r, w = make_inputs(Case(device, torch.bfloat16, m, H, fused=fused))
         r0 = None if r is None else r.clone()
         view = (lambda t: t.view(*lead, t.shape[-1])) if lead else (lambda t: t)
-        res = _call(fused, view(x), None if r is None else view(r), w, scale_layout=layout, scale_format=fmt)
+        res = _call(fused, view(x), None if r is None else view(r), w, scale_layout=layout, scale_format=fmt,
+                    norm_convention=conv)
         assert isinstance(res, BlockQuantized)
         out, s, n = (t.view(m, t.shape[-1]) for t in res)
         assert res.block_scale.shape == (*(lead or (m,)), H // 128)
         assert (s if lead else res.block_scale).stride() == block_scale_strides(m, H, layout)
-        check_contract(x, r0, w, 1e-6, fmt == "ue8m0", r, out, s, n)
+        check_contract(x, r0, w, 1e-6, fmt == "ue8m0", r, out, s, n, norm_convention=conv)
         # normed=False: the same out and block_scale (res is kept, so its memory is not reused).
         if r is not None:
             r.copy_(r0)
         res2 = _call(fused, view(x), None if r is None else view(r), w, scale_layout=layout, scale_format=fmt,
-                     normed=False)
+                     normed=False, norm_convention=conv)
         assert res2.normed is None and res2.block_scale.stride() == res.block_scale.stride()
         assert_fp8_equal(res2.out, res.out, "out")
         assert_bitwise(res2.block_scale, res.block_scale, "block_scale")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fused", [True, False])
+def test_strided_input_rows_are_not_copied(device, fused):
+    # A split projection's output (q_c = qkv[:, :H], 2-D and with leading dimensions): the view
+    # itself reaches the op; no copy, clone or contiguous runs.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    w = torch.ones(H, device=device, dtype=torch.bfloat16)
+    for lead in ((5,), (2, 3)):
+        wide = torch.randn(*lead, 2 * H, device=device).to(torch.bfloat16)
+        x = wide[..., :H]
+        r = torch.randn(*lead, H, device=device).to(torch.bfloat16) if fused else None
+        r0 = None if r is None else r.clone()
+        with torch.no_grad(), Ops() as ops:
+            res = _call(fused, x, r, w, norm_convention="vllm")
+        assert not [n for n in ops.names if any(k in n for k in ("copy", "clone", "contiguous"))], ops.names
+        m = x.numel() // H
+        check_contract(x.reshape(m, H), None if r0 is None else r0.view(m, H), w, 1e-6, False,
+                       None if r is None else r.view(m, H), res.out.view(m, H), res.block_scale.reshape(m, -1),
+                       res.normed.view(m, H), norm_convention="vllm")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -52,6 +85,10 @@ def test_wrapper_option_errors(device):
         torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r, w, scale_layout="tma")
     with pytest.raises(RuntimeError, match="scale_format must be one of"):
         torch_fp8norm.rmsnorm_fp8_block_quant(x, w, scale_format="e8m0")
+    with pytest.raises(RuntimeError, match="norm_convention must be one of"):
+        torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r, w, norm_convention="llama")
+    with pytest.raises(RuntimeError, match="norm_convention must be one of"):
+        torch_fp8norm.FusedAddRMSNormFP8(H, norm_convention="gemma")
     with pytest.raises(RuntimeError, match="block_scale_strides: scale_layout must be one of"):
         torch_fp8norm.block_scale_strides(4, H, "tma")
     with pytest.raises(TypeError):
@@ -122,6 +159,8 @@ def test_wrong_types_raise_type_error(device, mode):
             plain(x, w, scale_layout=None)
         with pytest.raises(TypeError, match="scale_format must be a str"):
             fused(x, r, w, scale_format=1)
+        with pytest.raises(TypeError, match="norm_convention must be a str"):
+            plain(x, w, norm_convention=None)
         with pytest.raises(TypeError, match="hidden_size must be an int"):
             FusedAddRMSNormFP8("256")
         with pytest.raises(TypeError, match="FusedAddRMSNormFP8: normed must be a bool"):

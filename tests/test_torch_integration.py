@@ -24,10 +24,12 @@ def test_opcheck(device, dtype, weight_fp32):
     ops = torch.ops.fp8norm
     x, r, w, _ = _sample(device, dtype, weight_fp32)
     opcheck(ops.fused_add_rmsnorm_fp8_block_quant.default, (x, r, w, 1e-6, False))
-    opcheck(ops.rmsnorm_fp8_block_quant.default, (x, w), {"scale_ue8m0": True})
-    for layout, normed in (("tma", True), ("scaled_mm", False), ("row_major", True)):
+    opcheck(ops.fused_add_rmsnorm_fp8_block_quant.default, (x, r, w, 1e-6, False, "vllm"))
+    opcheck(ops.rmsnorm_fp8_block_quant.default, (x, w), {"scale_ue8m0": True, "norm_convention": "hf"})
+    conventions = ("flashinfer", "torch", "hf")
+    for (layout, normed), conv in zip((("tma", True), ("scaled_mm", False), ("row_major", True)), conventions):
         out, s, n = _outs(device, dtype, 5, 256, layout, normed)
-        opcheck(ops.fused_add_rmsnorm_fp8_block_quant.out, (x, r, w, 1e-5, True),
+        opcheck(ops.fused_add_rmsnorm_fp8_block_quant.out, (x, r, w, 1e-5, True, conv),
                 {"out": out, "block_scale": s, "normed_out": n})
         out, s, n = _outs(device, dtype, 5, 256, layout, normed)
         opcheck(ops.rmsnorm_fp8_block_quant.out, (x, w), {"out": out, "block_scale": s, "normed_out": n})

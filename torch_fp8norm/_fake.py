@@ -7,6 +7,8 @@ The overlap rules need memory: the real kernels check them.
 """
 import torch
 
+from .reference import NORM_CONVENTIONS
+
 BLOCK = 128
 _ACTIVATIONS = (torch.float32, torch.float16, torch.bfloat16)
 FUSED_OP = "fp8norm.fused_add_rmsnorm_fp8_block_quant"  # the ops as their errors name them
@@ -52,7 +54,14 @@ def _rows(op, what, t, input, dtype):
                                            f"got strides {_list(t.stride())}")
 
 
-def check_inputs(op, input, residual, weight, eps):
+def check_convention(op, norm_convention):
+    if norm_convention not in NORM_CONVENTIONS:
+        _fail(op, "norm_convention must be one of 'torch', 'hf', 'vllm', 'flashinfer', got "
+                  f"'{norm_convention}'")
+
+
+def check_inputs(op, input, residual, weight, eps, norm_convention="torch"):
+    check_convention(op, norm_convention)
     if input.dim() != 2:
         _fail(op, f"input must be 2-D [M, H], got {input.dim()}-D")
     if input.dtype not in _ACTIVATIONS:
@@ -99,28 +108,30 @@ def _outputs(input):
 
 
 @torch.library.register_fake("fp8norm::fused_add_rmsnorm_fp8_block_quant")
-def _fused(input, residual, weight, eps=1e-6, scale_ue8m0=False):
+def _fused(input, residual, weight, eps=1e-6, scale_ue8m0=False, norm_convention="torch"):
     _defined(FUSED_OP, input=input, residual=residual, weight=weight)
-    check_inputs(FUSED_OP, input, residual, weight, eps)
+    check_inputs(FUSED_OP, input, residual, weight, eps, norm_convention)
     return _outputs(input)
 
 
 @torch.library.register_fake("fp8norm::fused_add_rmsnorm_fp8_block_quant.out")
-def _fused_out(input, residual, weight, eps=1e-6, scale_ue8m0=False, *, out, block_scale, normed_out=None):
+def _fused_out(input, residual, weight, eps=1e-6, scale_ue8m0=False, norm_convention="torch", *, out, block_scale,
+               normed_out=None):
     _defined(FUSED_OP, input=input, residual=residual, weight=weight, out=out, block_scale=block_scale)
-    check_inputs(FUSED_OP, input, residual, weight, eps)
+    check_inputs(FUSED_OP, input, residual, weight, eps, norm_convention)
     check_outputs(FUSED_OP, input, scale_ue8m0, out, block_scale, normed_out)
 
 
 @torch.library.register_fake("fp8norm::rmsnorm_fp8_block_quant")
-def _plain(input, weight, eps=1e-6, scale_ue8m0=False):
+def _plain(input, weight, eps=1e-6, scale_ue8m0=False, norm_convention="torch"):
     _defined(PLAIN_OP, input=input, weight=weight)
-    check_inputs(PLAIN_OP, input, None, weight, eps)
+    check_inputs(PLAIN_OP, input, None, weight, eps, norm_convention)
     return _outputs(input)
 
 
 @torch.library.register_fake("fp8norm::rmsnorm_fp8_block_quant.out")
-def _plain_out(input, weight, eps=1e-6, scale_ue8m0=False, *, out, block_scale, normed_out=None):
+def _plain_out(input, weight, eps=1e-6, scale_ue8m0=False, norm_convention="torch", *, out, block_scale,
+               normed_out=None):
     _defined(PLAIN_OP, input=input, weight=weight, out=out, block_scale=block_scale)
-    check_inputs(PLAIN_OP, input, None, weight, eps)
+    check_inputs(PLAIN_OP, input, None, weight, eps, norm_convention)
     check_outputs(PLAIN_OP, input, scale_ue8m0, out, block_scale, normed_out)

@@ -4,16 +4,20 @@
 pattern matcher) that rewrites, in every graph compiled afterwards,
 
     residual = x + residual                      # or residual + x; or no residual at all
-    h = rmsnorm(residual) * weight               # F.rms_norm / nn.RMSNorm, or the manual form
+    h = rmsnorm(residual) * weight               # F.rms_norm / nn.RMSNorm, the manual form, or
+                                                 # Hugging Face's or vLLM's (below)
     q, scale = fp8_quant_1x128(h)                # view / abs / amax / clamp / div / clamp / to(e4m3)
 
 into one call of ``fp8norm.fused_add_rmsnorm_fp8_block_quant.out`` (``rmsnorm_fp8_block_quant.out``
-without a residual). These forms state the package's numerical contract (README) step by step:
-one rounding of ``x * rstd * weight`` to the input dtype, quantization of those rounded values,
-``scale = max(amax, 1e-10) / 448`` and, with UE8M0 scales, the smallest power of two >= scale; the
-fused op meets it (eager CUDA torch computes ``amax / 448.0`` as ``amax * (1 / 448)``, so its
-scales can differ by one ulp). Forms that round differently are not matched (README, "Automatic
-fusion").
+without a residual), with the norm convention the matched code computes (README, "Norm
+conventions"): ``"torch"`` for F.rms_norm and the manual form (one rounding of ``x * rstd *
+weight``), ``"hf"`` for transformers' ``LlamaRMSNorm`` (``weight * (x * rstd).to(dtype)``, after
+a separate add in the dtype), ``"vllm"`` for vLLM's ``RMSNorm.forward_native`` (the norm of the
+float32 sum, ``(x * rstd).to(dtype) * weight``). These forms state the package's numerical contract
+step by step: quantization of the rounded normed values, ``scale = max(amax, 1e-10) / 448`` and,
+with UE8M0 scales, the smallest power of two >= scale; the fused op meets it (eager CUDA torch
+computes ``amax / 448.0`` as ``amax * (1 / 448)``, so its scales can differ by one ulp). Forms that
+round differently are not matched (README, "Automatic fusion").
 
 The pass runs on Inductor's joint graph, before Inductor's own joint-graph patterns: one of those
 (``pointless_convert``) may drop the rounding of the normed values to the input dtype before they
@@ -66,6 +70,25 @@ def _rms_manual(s, weight, eps):
     return (v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(s.dtype)
 
 
+def _rms_hf(s, weight, eps):  # transformers' LlamaRMSNorm.forward
+    v = s.to(torch.float32)
+    v = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * v.to(s.dtype)
+
+
+def _rms_vllm_f32(v, dtype, weight, eps):  # vLLM's RMSNorm.forward_native after its add: v float32
+    v = v * torch.rsqrt(v.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return v.to(dtype) * weight
+
+
+def _rms_vllm(s, weight, eps):  # vLLM's RMSNorm.forward_native without a residual
+    return _rms_vllm_f32(s.to(torch.float32), s.dtype, weight, eps)
+
+
+# The convention of each norm form (the fused forms' add rounds the sum to the dtype, but vLLM's).
+_CONVENTION = {_rms_functional: "torch", _rms_manual: "torch", _rms_hf: "hf", _rms_vllm: "vllm"}
+
+
 # ---- the replacements: the .out ops, functionalized (Inductor updates the residual in place
 # where the program no longer needs its old value, else it copies it first) ----
 
@@ -76,32 +99,37 @@ def _outputs(x: torch.Tensor, normed: bool):
     return out, scale, (torch.empty((m, n), dtype=x.dtype, device=x.device) if normed else None)
 
 
-def _fused(x, residual, weight, eps, ue8m0: bool, normed: bool):
+def _fused(x, residual, weight, eps, ue8m0: bool, normed: bool, convention: str):
     out, scale, nrm = _outputs(x, normed)
     r = auto_functionalized(torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out, input=x, residual=residual,
-                            weight=weight, eps=eps, scale_ue8m0=ue8m0, out=out, block_scale=scale, normed_out=nrm)
+                            weight=weight, eps=eps, scale_ue8m0=ue8m0, norm_convention=convention, out=out,
+                            block_scale=scale, normed_out=nrm)
     return r[1], r[2], r[3], (r[4] if normed else None)
 
 
-def _plain(x, weight, eps, ue8m0: bool, normed: bool):
+def _plain(x, weight, eps, ue8m0: bool, normed: bool, convention: str):
     out, scale, nrm = _outputs(x, normed)
     r = auto_functionalized(torch.ops.fp8norm.rmsnorm_fp8_block_quant.out, input=x, weight=weight, eps=eps,
-                            scale_ue8m0=ue8m0, out=out, block_scale=scale, normed_out=nrm)
+                            scale_ue8m0=ue8m0, norm_convention=convention, out=out, block_scale=scale,
+                            normed_out=nrm)
     return r[1], r[2], (r[3] if normed else None)
 
 
 # ---- the patterns ----
 
-def _extra_check(fused: bool) -> Callable[[Match], bool]:
+def _extra_check(fused: bool, weight_as_x: bool = False) -> Callable[[Match], bool]:
     """What the ops accept beyond the form: x 2-D bfloat16 or float16 (a float32 graph has no
-    conversions: another form), weight (H,) of x's dtype or float32, residual x's shape. The
-    matcher itself re-traces the form with the matched shapes and dtypes and compares every
-    constant (floor, 448, dtypes, view sizes); eps alone is free."""
+    conversions: another form), weight (H,) of x's dtype or float32 (only x's with weight_as_x:
+    the two-rounding forms multiply in the weight's dtype, so a float32 weight gives float32
+    normed values), residual x's shape. The matcher itself re-traces the form with the matched
+    shapes and dtypes and compares every constant (floor, 448, dtypes, view sizes); eps alone is
+    free."""
     def check(match: Match) -> bool:
         x, w = match.kwargs["x"].meta.get("val"), match.kwargs["weight"].meta.get("val")
         if x is None or w is None or x.dim() != 2 or w.dim() != 1:
             return False
-        if x.dtype not in (torch.bfloat16, torch.float16) or w.dtype not in (x.dtype, torch.float32):
+        weights = (x.dtype,) if weight_as_x else (x.dtype, torch.float32)
+        if x.dtype not in (torch.bfloat16, torch.float16) or w.dtype not in weights:
             return False
         if fused:
             r = match.kwargs["residual"].meta.get("val")
@@ -118,26 +146,35 @@ def _example_inputs(fused: bool, weight_dtype: torch.dtype):
 
 
 def _fused_forms(add_first: bool, rms, ue8m0: bool):
-    """(search, replacement) pairs of a fused form: normed values unused elsewhere, then used."""
+    """(search, replacement) pairs of a fused form: normed values unused elsewhere, then used.
+    vLLM's form adds in float32 and rounds the sum only for the residual."""
     quant = functools.partial(_quant, ue8m0=ue8m0)
+    convention = _CONVENTION[rms]
+
+    def add_and_norm(x, residual, weight, eps):
+        if rms is _rms_vllm:  # forward_native(x, residual)
+            v = x.to(torch.float32)
+            v = v + residual.to(torch.float32) if add_first else residual.to(torch.float32) + v
+            return v.to(x.dtype), _rms_vllm_f32(v, x.dtype, weight, eps)
+        s = x + residual if add_first else residual + x
+        return s, rms(s, weight, eps)
 
     def search(x, residual, weight, eps):
-        s = x + residual if add_first else residual + x
-        q, scale = quant(rms(s, weight, eps))
+        s, h = add_and_norm(x, residual, weight, eps)
+        q, scale = quant(h)
         return q, scale, s
 
     def search_normed(x, residual, weight, eps):
-        s = x + residual if add_first else residual + x
-        h = rms(s, weight, eps)
+        s, h = add_and_norm(x, residual, weight, eps)
         q, scale = quant(h)
         return q, scale, s, h
 
     def replace(x, residual, weight, eps):
-        s, q, scale, _ = _fused(x, residual, weight, eps, ue8m0, False)
+        s, q, scale, _ = _fused(x, residual, weight, eps, ue8m0, False, convention)
         return q, scale, s
 
     def replace_normed(x, residual, weight, eps):
-        s, q, scale, h = _fused(x, residual, weight, eps, ue8m0, True)
+        s, q, scale, h = _fused(x, residual, weight, eps, ue8m0, True, convention)
         return q, scale, s, h
 
     return (search, replace), (search_normed, replace_normed)
@@ -145,6 +182,7 @@ def _fused_forms(add_first: bool, rms, ue8m0: bool):
 
 def _plain_forms(rms, ue8m0: bool):
     quant = functools.partial(_quant, ue8m0=ue8m0)
+    convention = _CONVENTION[rms]
 
     def search(x, weight, eps):
         return quant(rms(x, weight, eps))
@@ -155,10 +193,10 @@ def _plain_forms(rms, ue8m0: bool):
         return q, scale, h
 
     def replace(x, weight, eps):
-        return _plain(x, weight, eps, ue8m0, False)[:2]
+        return _plain(x, weight, eps, ue8m0, False, convention)[:2]
 
     def replace_normed(x, weight, eps):
-        return _plain(x, weight, eps, ue8m0, True)
+        return _plain(x, weight, eps, ue8m0, True, convention)
 
     return (search, replace), (search_normed, replace_normed)
 
@@ -168,15 +206,18 @@ def _register(passes: List[PatternMatcherPass]) -> None:
     form is part of a fused one), and within each, the forms whose normed values are not used
     elsewhere before those that are (the kernel then skips writing them)."""
     # The manual form converts the weight only when it is not float32 already (a graph without
-    # that conversion); F.rms_norm's graph is the same for both.
-    forms = [(_rms_functional, torch.bfloat16), (_rms_manual, torch.bfloat16), (_rms_manual, torch.float32)]
+    # that conversion); F.rms_norm's graph is the same for both. The two-rounding forms take a
+    # weight of x's dtype only (_extra_check).
+    forms = [(_rms_functional, torch.bfloat16), (_rms_manual, torch.bfloat16), (_rms_manual, torch.float32),
+             (_rms_hf, torch.bfloat16), (_rms_vllm, torch.bfloat16)]
     for rms, weight_dtype in forms:
+        weight_as_x = _CONVENTION[rms] in ("hf", "vllm")
         for ue8m0 in (False, True):
             for add_first in (True, False):
                 for i, (search, replace) in enumerate(_fused_forms(add_first, rms, ue8m0)):
-                    _add_pattern(passes[i], search, replace, _example_inputs(True, weight_dtype), True)
+                    _add_pattern(passes[i], search, replace, _example_inputs(True, weight_dtype), True, weight_as_x)
             for i, (search, replace) in enumerate(_plain_forms(rms, ue8m0)):
-                _add_pattern(passes[2 + i], search, replace, _example_inputs(False, weight_dtype), False)
+                _add_pattern(passes[2 + i], search, replace, _example_inputs(False, weight_dtype), False, weight_as_x)
 
 
 def _trace(fn, args, **kwargs) -> torch.fx.GraphModule:
@@ -196,9 +237,10 @@ def _trace(fn, args, **kwargs) -> torch.fx.GraphModule:
     return gm
 
 
-def _add_pattern(pass_: PatternMatcherPass, search, replace, example_inputs, fused: bool) -> None:
-    register_replacement(search, replace, example_inputs, _trace, pass_, extra_check=_extra_check(fused),
-                         scalar_workaround={"eps": _TRACE_EPS})
+def _add_pattern(pass_: PatternMatcherPass, search, replace, example_inputs, fused: bool,
+                 weight_as_x: bool = False) -> None:
+    register_replacement(search, replace, example_inputs, _trace, pass_,
+                         extra_check=_extra_check(fused, weight_as_x), scalar_workaround={"eps": _TRACE_EPS})
 
 
 def _explicit_view_sizes(graph: torch.fx.Graph) -> None:

@@ -18,6 +18,7 @@ import torch
 from torch.compiler import is_compiling as _is_compiling
 
 from ._fake import FUSED_OP, PLAIN_OP, _list
+from .reference import NORM_CONVENTIONS
 from ._libraries import OPS
 
 Tensor = torch.Tensor
@@ -112,13 +113,14 @@ def block_scale_strides(m: int, h: int, layout: str = "deepgemm", scale_format: 
     raise AssertionError(layout)  # unreachable: _check_option raised
 
 
-def _check_options(scale_layout: str, scale_format: str, normed: bool, op: str) -> bool:
+def _check_options(scale_layout: str, scale_format: str, normed: bool, norm_convention: str, op: str) -> bool:
     """The ops' scale_ue8m0 for the options: RuntimeError for an unknown one, TypeError for one of
     the wrong type."""
     if (scale_layout not in SCALE_LAYOUTS or scale_format not in SCALE_FORMATS
-            or (normed is not True and normed is not False)):
+            or (normed is not True and normed is not False) or norm_convention not in NORM_CONVENTIONS):
         _check_option("scale_layout", scale_layout, SCALE_LAYOUTS, op)
         _check_option("scale_format", scale_format, SCALE_FORMATS, op)
+        _check_option("norm_convention", norm_convention, NORM_CONVENTIONS, op)
         raise TypeError(f"{op}: normed must be a bool, got {type(normed).__name__}") from None
     return scale_format != "fp32"
 
@@ -228,10 +230,10 @@ def _float_eps(op: str, eps) -> float:
 
 
 def _call(op: str, functional, out_op, input: Tensor, residual: Optional[Tensor], weight: Tensor, eps,
-          scale_layout: str, scale_format: str, normed: bool) -> BlockQuantized:
+          scale_layout: str, scale_format: str, normed: bool, norm_convention: str) -> BlockQuantized:
     """Either op (residual None: rmsnorm_*) for (..., H) inputs and any options: the functional
     overload where its outputs are what was asked for, else .out into outputs allocated here."""
-    ue8m0 = _check_options(scale_layout, scale_format, normed, op)
+    ue8m0 = _check_options(scale_layout, scale_format, normed, norm_convention, op)
     if eps is None:
         eps = EPS_NONE
     if _is_grad_enabled():
@@ -244,10 +246,10 @@ def _call(op: str, functional, out_op, input: Tensor, residual: Optional[Tensor]
     lead, x = input.shape[:-1], _rows(op, input, "input", False)
     ins = (x, weight) if residual is None else (x, _rows(op, residual, "residual", True), weight)
     if scale_layout == "deepgemm" and scale_format != "ue8m0_packed" and normed:
-        result = _result(lead, *functional(*ins, eps, ue8m0))
+        result = _result(lead, *functional(*ins, eps, ue8m0, norm_convention))
     else:
         out, scale, n = _outputs(x, scale_layout, scale_format, normed)
-        out_op(*ins, eps, ue8m0, out=out, block_scale=scale, normed_out=n)
+        out_op(*ins, eps, ue8m0, norm_convention, out=out, block_scale=scale, normed_out=n)
         result = _result(lead, out, scale, n)
     if bump:
         _bump_versions((residual,))
@@ -263,6 +265,7 @@ def fused_add_rmsnorm_fp8_block_quant(
     scale_layout: str = "deepgemm",
     scale_format: str = "fp32",
     normed: bool = True,
+    norm_convention: str = "torch",
 ) -> BlockQuantized:
     """``residual += input; normed = rmsnorm(residual) * weight; (out, block_scale) = fp8_quant_1x128(normed)``
     in one memory pass.
@@ -282,6 +285,12 @@ def fused_add_rmsnorm_fp8_block_quant(
             per int32: block_scale is int32 [..., ceil(H/512)], byte g % 4 of word g / 4 holding
             block g's biased exponent, padding bytes zero; DeepGEMM's sm_100 format).
         normed: write and return ``normed`` (a bool); False skips its stores (returned as None).
+        norm_convention: where the norm rounds, as the model code it replaces does (README, "Norm
+            conventions"): ``"torch"`` (``F.rms_norm`` of the rounded residual sum, one rounding;
+            the default), ``"hf"`` (Hugging Face ``LlamaRMSNorm``: x * rstd rounded, then times
+            weight), ``"vllm"`` (vLLM ``RMSNorm``: the norm of the float32 sum, two roundings) or
+            ``"flashinfer"`` (FlashInfer ``fused_add_rmsnorm``: the float32 sum, one rounding).
+            The same for float32 inputs.
 
     Returns:
         BlockQuantized(out, block_scale, normed).
@@ -294,7 +303,7 @@ def fused_add_rmsnorm_fp8_block_quant(
     """
     try:
         if (input.dim() == 2 and scale_layout == "deepgemm" and scale_format == "fp32" and normed is True
-                and eps is not None):
+                and eps is not None and norm_convention == "torch"):
             # The functional op as is: the common call's host cost, kept to the checks it needs.
             if _is_grad_enabled() and (input.requires_grad or residual.requires_grad or weight.requires_grad):
                 _refuse_grad(FUSED_OP, input, residual, weight)
@@ -303,7 +312,8 @@ def fused_add_rmsnorm_fp8_block_quant(
             if bump:
                 _bump_versions((residual,))
             return _as_result(BlockQuantized, result)
-        return _call(FUSED_OP, _FUSED, _FUSED_OUT, input, residual, weight, eps, scale_layout, scale_format, normed)
+        return _call(FUSED_OP, _FUSED, _FUSED_OUT, input, residual, weight, eps, scale_layout, scale_format, normed,
+                     norm_convention)
     except Exception:
         _check_types(FUSED_OP, input, residual, weight, eps, True)  # a TypeError where one is due
         raise
@@ -317,17 +327,19 @@ def rmsnorm_fp8_block_quant(
     scale_layout: str = "deepgemm",
     scale_format: str = "fp32",
     normed: bool = True,
+    norm_convention: str = "torch",
 ) -> BlockQuantized:
     """``normed = rmsnorm(input) * weight; (out, block_scale) = fp8_quant_1x128(normed)`` in one
     memory pass (a model's first layer: no residual). Arguments, results and errors as for
     :func:`fused_add_rmsnorm_fp8_block_quant`."""
     try:
         if (input.dim() == 2 and scale_layout == "deepgemm" and scale_format == "fp32" and normed is True
-                and eps is not None):
+                and eps is not None and norm_convention == "torch"):
             if _is_grad_enabled() and (input.requires_grad or weight.requires_grad):
                 _refuse_grad(PLAIN_OP, input, None, weight)
             return _as_result(BlockQuantized, _PLAIN(input, weight, eps, False))  # the functional op as is
-        return _call(PLAIN_OP, _PLAIN, _PLAIN_OUT, input, None, weight, eps, scale_layout, scale_format, normed)
+        return _call(PLAIN_OP, _PLAIN, _PLAIN_OUT, input, None, weight, eps, scale_layout, scale_format, normed,
+                     norm_convention)
     except Exception:
         _check_types(PLAIN_OP, input, None, weight, eps, False)
         raise

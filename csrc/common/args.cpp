@@ -136,6 +136,20 @@ void check_inputs(const char* op, const Info& input, const Info* residual, const
   FP8NORM_CHECK(std::isfinite(eps) && eps >= 0, op, ": eps must be finite and >= 0, got ", eps_str(eps));
 }
 
+// The convention's two choices (row_args.h), before the dtype and the residual normalize them.
+struct Convention {
+  bool sum_f32, round_twice;
+};
+
+Convention parse_convention(const char* op, const std::string& c) {
+  if (c == "torch") return {false, false};
+  if (c == "hf") return {false, true};
+  if (c == "vllm") return {true, true};
+  if (c == "flashinfer") return {true, false};
+  fail(cat(op, ": norm_convention must be one of 'torch', 'hf', 'vllm', 'flashinfer', got '", c, "'"));
+  return {};
+}
+
 void check_outputs(const char* op, const Info& input, bool scale_ue8m0, const Info& out, const Info& block_scale,
                    const Info* normed_out) {
   check_rows(op, "out", out, input, ScalarType::Float8_e4m3fn);
@@ -279,8 +293,11 @@ void check_no_overlap(const char* op, const Info& input, const Info* residual, c
 }
 
 RowArgs row_args(const Info& input, const Info* residual, const Info& weight, double eps, bool scale_ue8m0,
-                 const Info& out, const Info& block_scale, const Info* normed_out) {
+                 Convention conv, const Info& out, const Info& block_scale, const Info* normed_out) {
   RowArgs a;
+  const bool two_bytes = input.dtype != ScalarType::Float;  // float32: each rounding is exact
+  a.sum_f32 = conv.sum_f32 && two_bytes && residual != nullptr;
+  a.round_twice = conv.round_twice && two_bytes;
   a.rows = input.sizes[0];
   a.hidden = input.sizes[1];
   a.input = input.data;
@@ -333,15 +350,17 @@ const Info* ptr(const std::optional<Info>& i) { return i ? &*i : nullptr; }
 }  // namespace
 
 RowArgs prepare(const char* op, const Tensor& input, const Tensor* residual, const Tensor& weight, double eps,
-                bool scale_ue8m0, const Tensor& out, const Tensor& block_scale, const OptTensor& normed_out) {
+                bool scale_ue8m0, const std::string& norm_convention, const Tensor& out, const Tensor& block_scale,
+                const OptTensor& normed_out) {
   const Tensor* n_t = normed_out ? &*normed_out : nullptr;
   try {
+    const Convention conv = parse_convention(op, norm_convention);
     const Info i(input), w(weight), o(out), s(block_scale);
     const std::optional<Info> r = info_of(residual), n = info_of(n_t);
     check_inputs(op, i, ptr(r), w, eps);
     check_outputs(op, i, scale_ue8m0, o, s, ptr(n));
     check_no_overlap(op, i, ptr(r), w, o, s, ptr(n));
-    return row_args(i, ptr(r), w, eps, scale_ue8m0, o, s, ptr(n));
+    return row_args(i, ptr(r), w, eps, scale_ue8m0, conv, o, s, ptr(n));
   } catch (const std::exception&) {
     refuse_none(op, {{"input", &input}, {"residual", residual}, {"weight", &weight}, {"out", &out},
                      {"block_scale", &block_scale}, {"normed_out", n_t}});
@@ -350,15 +369,17 @@ RowArgs prepare(const char* op, const Tensor& input, const Tensor* residual, con
 }
 
 std::pair<RowArgs, Outputs> prepare_functional(const char* op, const Tensor& input, const Tensor* residual,
-                                               const Tensor& weight, double eps, bool scale_ue8m0) {
+                                               const Tensor& weight, double eps, bool scale_ue8m0,
+                                               const std::string& norm_convention) {
   try {
+    const Convention conv = parse_convention(op, norm_convention);
     const Info i(input), w(weight);
     const std::optional<Info> r = info_of(residual);
     check_inputs(op, i, ptr(r), w, eps);
     Outputs outs = allocate_outputs(input, i);
     const Info o(std::get<0>(outs)), s(std::get<1>(outs)), n(std::get<2>(outs));
     check_no_overlap(op, i, ptr(r), w, o, s, &n);  // the residual against input and weight
-    return {row_args(i, ptr(r), w, eps, scale_ue8m0, o, s, &n), std::move(outs)};
+    return {row_args(i, ptr(r), w, eps, scale_ue8m0, conv, o, s, &n), std::move(outs)};
   } catch (const std::exception&) {
     refuse_none(op, {{"input", &input}, {"residual", residual}, {"weight", &weight}});
     throw;

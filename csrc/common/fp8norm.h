@@ -52,15 +52,18 @@ using Outputs = std::tuple<Tensor, Tensor, Tensor>;  // out, block_scale, normed
 // memory: no written tensor overlaps itself or any other argument. All before anything is
 // written. torch_fp8norm/_fake.py states the same rules on symbolic shapes for fake tensors
 // (torch.compile), with the same messages.
+// norm_convention: "torch", "hf", "vllm" or "flashinfer" (RowArgs::sum_f32, round_twice).
 RowArgs prepare(const char* op, const Tensor& input, const Tensor* residual, const Tensor& weight, double eps,
-                bool scale_ue8m0, const Tensor& out, const Tensor& block_scale, const OptTensor& normed_out);
+                bool scale_ue8m0, const std::string& norm_convention, const Tensor& out, const Tensor& block_scale,
+                const OptTensor& normed_out);
 
 // The functional ops': the inputs' checks, then fresh outputs on input's device (which pass the
 // output checks by construction): out [M, H] float8_e4m3fn, block_scale [M, H/128] float32 with
 // strides (1, scale_column_stride(M)) (column-major, TMA-aligned), normed_out [M, H] of input's
 // dtype; the residual's overlap check, and the kernels' arguments.
 std::pair<RowArgs, Outputs> prepare_functional(const char* op, const Tensor& input, const Tensor* residual,
-                                               const Tensor& weight, double eps, bool scale_ue8m0);
+                                               const Tensor& weight, double eps, bool scale_ue8m0,
+                                               const std::string& norm_convention);
 inline int64_t scale_column_stride(int64_t m) { return (m + 3) / 4 * 4; }  // round_up(M, 4)
 
 }  // namespace fp8norm

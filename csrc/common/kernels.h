@@ -3,6 +3,7 @@
 // run (prepare_functional). Registered with TORCH_BOX by each library.
 #pragma once
 
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -13,27 +14,28 @@ namespace fp8norm {
 template <void (*Run)(const RowArgs&, const Tensor& input)>
 struct Kernels {
   static void fused_out(const Tensor& input, const Tensor& residual, const Tensor& weight, double eps, bool ue8m0,
+                        std::string conv, const Tensor& out, const Tensor& block_scale, const OptTensor& normed_out) {
+    Run(prepare(kFusedOp, input, &residual, weight, eps, ue8m0, conv, out, block_scale, normed_out), input);
+  }
+
+  static void plain_out(const Tensor& input, const Tensor& weight, double eps, bool ue8m0, std::string conv,
                         const Tensor& out, const Tensor& block_scale, const OptTensor& normed_out) {
-    Run(prepare(kFusedOp, input, &residual, weight, eps, ue8m0, out, block_scale, normed_out), input);
+    Run(prepare(kPlainOp, input, nullptr, weight, eps, ue8m0, conv, out, block_scale, normed_out), input);
   }
 
-  static void plain_out(const Tensor& input, const Tensor& weight, double eps, bool ue8m0, const Tensor& out,
-                        const Tensor& block_scale, const OptTensor& normed_out) {
-    Run(prepare(kPlainOp, input, nullptr, weight, eps, ue8m0, out, block_scale, normed_out), input);
+  static Outputs fused(const Tensor& input, const Tensor& residual, const Tensor& weight, double eps, bool ue8m0,
+                       std::string conv) {
+    return functional(kFusedOp, input, &residual, weight, eps, ue8m0, conv);
   }
 
-  static Outputs fused(const Tensor& input, const Tensor& residual, const Tensor& weight, double eps, bool ue8m0) {
-    return functional(kFusedOp, input, &residual, weight, eps, ue8m0);
-  }
-
-  static Outputs plain(const Tensor& input, const Tensor& weight, double eps, bool ue8m0) {
-    return functional(kPlainOp, input, nullptr, weight, eps, ue8m0);
+  static Outputs plain(const Tensor& input, const Tensor& weight, double eps, bool ue8m0, std::string conv) {
+    return functional(kPlainOp, input, nullptr, weight, eps, ue8m0, conv);
   }
 
  private:
   static Outputs functional(const char* op, const Tensor& input, const Tensor* residual, const Tensor& weight,
-                            double eps, bool ue8m0) {
-    auto [args, outs] = prepare_functional(op, input, residual, weight, eps, ue8m0);
+                            double eps, bool ue8m0, const std::string& conv) {
+    auto [args, outs] = prepare_functional(op, input, residual, weight, eps, ue8m0, conv);
     Run(args, input);
     return std::move(outs);
   }

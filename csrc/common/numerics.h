@@ -63,14 +63,25 @@ __device__ inline float rstd_from_sum_of_squares_device(double sum_sq, double in
 }
 #endif
 
-// normed = (x * rstd * weight), two float32 products in the reference's order (no fma).
-C10_HOST_DEVICE inline float normalize(float x, float rstd, float w) {
+// The two float32 products of normed = x * rstd * weight, in the reference's order (no fma):
+// normalize, or with round_twice scaled_by_rstd, the rounding to the dtype, then weighted.
+C10_HOST_DEVICE inline float scaled_by_rstd(float x, float rstd) {
 #ifdef __CUDA_ARCH__
-  return __fmul_rn(__fmul_rn(x, rstd), w);
+  return __fmul_rn(x, rstd);
 #else
-  return (x * rstd) * w;
+  return x * rstd;
 #endif
 }
+
+C10_HOST_DEVICE inline float weighted(float xr, float w) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(xr, w);
+#else
+  return xr * w;
+#endif
+}
+
+C10_HOST_DEVICE inline float normalize(float x, float rstd, float w) { return weighted(scaled_by_rstd(x, rstd), w); }
 
 // amax / 448 correctly rounded, for amax >= 1e-10 (finite), +inf or NaN, without a division:
 // with r = 1 / 448 correctly rounded, q0 = amax * r, then Markstein's correction step

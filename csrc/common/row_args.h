@@ -25,6 +25,12 @@ struct RowArgs {
   int64_t normed_stride = 0;
   float eps = 0.f;
   bool ue8m0 = false;
+  // The norm convention (README, "Norm conventions"), normalized for the call: sum_f32 (the norm
+  // of the float32 residual sum, not of its rounding; only with a residual and a 2-byte dtype)
+  // and round_twice (x * rstd rounded to the dtype before the weight multiplies it; 2-byte dtypes
+  // only). For float32 every convention is "torch" (neither).
+  bool sum_f32 = false;
+  bool round_twice = false;
 };
 
 }  // namespace fp8norm

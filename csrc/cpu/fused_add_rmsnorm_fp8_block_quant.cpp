@@ -99,18 +99,23 @@ C10_ALWAYS_INLINE void row_kernel(const RowArgs& a, int64_t row) {
   uint8_t* out = static_cast<uint8_t*>(a.out) + row * a.out_stride;
   float* scale_row = a.block_scale + row * a.scale_stride_row;
 
-  // Pass 1: s = T(input + residual), written back to residual; sum of float32 squares in double.
+  // Pass 1: s = T(input + residual), written back to residual; sum of float32 squares in double,
+  // of s or, with a.sum_f32, of the float32 sum itself (then pass 2 writes the residual, from
+  // input and the old residual read again, since it needs the float32 sum too).
   // Simple loops over one 128-value block at a time, so that the compiler vectorizes them.
   constexpr int kLanes = 8;
   double acc[kLanes] = {};
   float f[kBlock], r[kBlock];
+  const bool store_in_pass1 = res != nullptr && !a.sum_f32;
   for (int64_t base = 0; base < H; base += kBlock) {
     B::to_float(in + base, f);
     if (res != nullptr) {
       B::to_float(res + base, r);
       for (int j = 0; j < kBlock; ++j) f[j] += r[j];
-      B::round(f);
-      B::store(res + base, f);
+      if (store_in_pass1) {
+        B::round(f);
+        B::store(res + base, f);
+      }
     }
     for (int j = 0; j < kBlock; j += kLanes) {
       for (int l = 0; l < kLanes; ++l) acc[l] += static_cast<double>(f[j + l] * f[j + l]);
@@ -119,15 +124,28 @@ C10_ALWAYS_INLINE void row_kernel(const RowArgs& a, int64_t row) {
   double sum_sq = 0;
   for (double v : acc) sum_sq += v;
   const float rstd = rstd_from_sum_of_squares(sum_sq, H, a.eps);
-  const T* s_row = res != nullptr ? res : in;
+  const T* s_row = store_in_pass1 ? res : in;
 
   // Pass 2, one 1x128 block at a time (the row is in cache now).
   float g[kBlock], wf[kBlock];
   for (int64_t b = 0; b < H / kBlock; ++b) {
     const int64_t base = b * kBlock;
     B::to_float(s_row + base, g);
+    if (res != nullptr && !store_in_pass1) {  // sum_f32: g the float32 sum, residual its rounding
+      B::to_float(res + base, r);
+      for (int j = 0; j < kBlock; ++j) g[j] += r[j];
+      for (int j = 0; j < kBlock; ++j) r[j] = g[j];
+      B::round(r);
+      B::store(res + base, r);
+    }
     Block<W, F16C>::to_float(w + base, wf);
-    for (int j = 0; j < kBlock; ++j) g[j] = normalize(g[j], rstd, wf[j]);
+    if (a.round_twice) {
+      for (int j = 0; j < kBlock; ++j) g[j] = scaled_by_rstd(g[j], rstd);
+      B::round(g);
+      for (int j = 0; j < kBlock; ++j) g[j] = weighted(g[j], wf[j]);
+    } else {
+      for (int j = 0; j < kBlock; ++j) g[j] = normalize(g[j], rstd, wf[j]);
+    }
     B::round(g);
     if (normed != nullptr) B::store(normed + base, g);
     uint32_t amax = 0;

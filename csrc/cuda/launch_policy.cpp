@@ -189,7 +189,7 @@ Plan geometry(const Problem& p, const Device& d, const Shape& s, Kernel k, int c
   }
   g.ctas = ceil_div(p.rows, g.rows_per_cta) * cluster;
   const int64_t red = reduction_smem_bytes(g.rows_per_cta);
-  const int64_t stash = svec * 16;
+  const int64_t stash = svec * 16 * (p.sum_f32 ? 2 : 1);
   g.stash = g.tiles > 1 && red + stash <= d.max_smem;
   g.smem_bytes = is_row_kernel(k) ? reduction_smem_bytes(1) : red + (g.stash ? stash : 0);
   return g;

@@ -25,6 +25,8 @@ struct Problem {
   bool one_stride = false;   // input, residual, normed_out and out share one row stride
   bool scale_lines = false;  // block_scale columns are whole 128-byte lines (column-major,
                              // column stride a multiple of 32, 128-byte aligned)
+  bool sum_f32 = false;      // the norm of the float32 residual sum (RowArgs::sum_f32): a stash
+                             // holds input and old residual, twice the bytes
 };
 
 // What the policy needs to know of the GPU and of the kernel image loaded on it.

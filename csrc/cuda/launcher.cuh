@@ -16,43 +16,45 @@ namespace cuda {
 
 using KernelFn = void (*)(RowArgs, LaunchParams);
 
-template <typename T, typename W, bool R, int VPT, int VB, bool FULL>
+template <typename T, typename W, bool R, bool F, int VPT, int VB, bool FULL>
 KernelFn row_kernel_for(bool one_stride) {
-  return one_stride ? row_kernel<T, W, R, VPT, VB, FULL, true> : row_kernel<T, W, R, VPT, VB, FULL, false>;
+  return one_stride ? row_kernel<T, W, R, F, VPT, VB, FULL, true> : row_kernel<T, W, R, F, VPT, VB, FULL, false>;
 }
 
-template <typename T, typename W, bool R, int VPT, TileLayout L>
+template <typename T, typename W, bool R, bool F, int VPT, TileLayout L>
 KernelFn tile_kernel_for(bool aligned) {
-  return aligned ? tile_kernel<T, W, R, true, VPT, L> : tile_kernel<T, W, R, false, VPT, L>;
+  return aligned ? tile_kernel<T, W, R, F, true, VPT, L> : tile_kernel<T, W, R, F, false, VPT, L>;
 }
 
-// The instantiation of plan.kernel for T, W and a residual or not. Kernels a dtype has no
-// instantiation of (8-byte vectors and half-warp rows of float32; four vectors per thread in the
-// fused op with a float32 weight and a 2-byte input) are never planned (launch_policy.cpp).
-template <typename T, typename W, bool R>
+// The instantiation of plan.kernel for T, W, a residual or not and the float32 sum (F: the
+// norm conventions that normalize the unrounded residual sum; 2-byte T with a residual only).
+// Kernels a dtype has no instantiation of (8-byte vectors and half-warp rows of float32; four
+// vectors per thread in the fused op with a float32 weight and a 2-byte input) are never planned
+// (launch_policy.cpp).
+template <typename T, typename W, bool R, bool F>
 KernelFn kernel_for(const launch::Plan& plan, bool aligned) {
   using K = launch::Kernel;
   constexpr bool kTwoBytes = sizeof(T) == 2;
   constexpr bool kRowFourBuilt = !(R && std::is_same_v<W, float> && kTwoBytes);
   FP8NORM_CHECK(!launch::is_row_kernel(plan.kernel) || aligned, "fp8norm: row kernels need aligned rows");
   switch (plan.kernel) {
-    case K::kRow: return row_kernel_for<T, W, R, 1, 16, false>(plan.one_stride);
+    case K::kRow: return row_kernel_for<T, W, R, F, 1, 16, false>(plan.one_stride);
     case K::kRowNarrow:
-      if constexpr (kTwoBytes) return row_kernel_for<T, W, R, 1, 8, true>(plan.one_stride);
+      if constexpr (kTwoBytes) return row_kernel_for<T, W, R, F, 1, 8, true>(plan.one_stride);
       break;
     case K::kRowFour:
-      if constexpr (kRowFourBuilt) return row_kernel_for<T, W, R, 4, 16, true>(plan.one_stride);
+      if constexpr (kRowFourBuilt) return row_kernel_for<T, W, R, F, 4, 16, true>(plan.one_stride);
       break;
-    case K::kTile1: return tile_kernel_for<T, W, R, 1, TileLayout::kRows>(aligned);
-    case K::kTile4: return tile_kernel_for<T, W, R, 4, TileLayout::kRows>(aligned);
+    case K::kTile1: return tile_kernel_for<T, W, R, F, 1, TileLayout::kRows>(aligned);
+    case K::kTile4: return tile_kernel_for<T, W, R, F, 4, TileLayout::kRows>(aligned);
     case K::kHalfTile1:
-      if constexpr (kTwoBytes) return tile_kernel_for<T, W, R, 1, TileLayout::kHalfRows>(aligned);
+      if constexpr (kTwoBytes) return tile_kernel_for<T, W, R, F, 1, TileLayout::kHalfRows>(aligned);
       break;
     case K::kHalfTile4:
-      if constexpr (kTwoBytes) return tile_kernel_for<T, W, R, 4, TileLayout::kHalfRows>(aligned);
+      if constexpr (kTwoBytes) return tile_kernel_for<T, W, R, F, 4, TileLayout::kHalfRows>(aligned);
       break;
-    case K::kCluster1: return tile_kernel_for<T, W, R, 1, TileLayout::kCluster>(aligned);
-    case K::kCluster4: return tile_kernel_for<T, W, R, 4, TileLayout::kCluster>(aligned);
+    case K::kCluster1: return tile_kernel_for<T, W, R, F, 1, TileLayout::kCluster>(aligned);
+    case K::kCluster4: return tile_kernel_for<T, W, R, F, 4, TileLayout::kCluster>(aligned);
   }
   fail(cat("fp8norm: kernel ", launch::kernel_name(plan.kernel), " is not built for this dtype"));
 }
@@ -71,7 +73,14 @@ void launch(const RowArgs& a, bool aligned, const launch::Plan& plan, cudaStream
   KernelFn kernel = nullptr;
   with_bool(a.weight_is_float, [&](auto w_float) {
     using W = std::conditional_t<decltype(w_float)::value, float, T>;
-    with_bool(a.residual != nullptr, [&](auto res) { kernel = kernel_for<T, W, decltype(res)::value>(plan, aligned); });
+    if constexpr (sizeof(T) == 2) {
+      if (a.sum_f32) {
+        kernel = kernel_for<T, W, true, true>(plan, aligned);  // a.sum_f32: a residual (args.cpp)
+        return;
+      }
+    }
+    with_bool(a.residual != nullptr,
+              [&](auto res) { kernel = kernel_for<T, W, decltype(res)::value, false>(plan, aligned); });
   });
   if (plan.smem_bytes > 48 * 1024) {
     STD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

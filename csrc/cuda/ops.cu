@@ -105,13 +105,14 @@ launch::Problem problem_of(const RowArgs& a, int64_t es) {
   // Packed scales are byte stores: the float lines' L2 policy is not planned for them.
   p.scale_lines = !a.scale_packed && a.scale_stride_row == 1 && a.scale_stride_col % 32 == 0 &&
                   reinterpret_cast<uintptr_t>(a.block_scale) % 128 == 0;
+  p.sum_f32 = a.sum_f32;
   return p;
 }
 
 bool same_problem(const launch::Problem& x, const launch::Problem& y) {
   return x.rows == y.rows && x.hidden == y.hidden && x.elem_size == y.elem_size && x.residual == y.residual &&
          x.normed == y.normed && x.aligned == y.aligned && x.weight_fp32 == y.weight_fp32 &&
-         x.one_stride == y.one_stride && x.scale_lines == y.scale_lines;
+         x.one_stride == y.one_stride && x.scale_lines == y.scale_lines && x.sum_f32 == y.sum_f32;
 }
 
 // The plan of a problem on a device: the last one of this thread is kept (calls of one shape

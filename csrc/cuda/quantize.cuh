@@ -9,20 +9,28 @@
 namespace fp8norm {
 namespace cuda {
 
-// The normed values of x (x * rstd * weight, rounded to T) into nv, and as floats into g;
+// The normed values (x * rstd * weight rounded to T; with `twice`, x * rstd rounded to T, times
+// weight, rounded again) of the values norm_values2 gives, into nv, and as floats into g;
 // returns their largest |value| as bits (NaN above +inf). With a NaN the bits are the canonical
-// NaN's, and so is the block scale computed from them (the contract's).
-template <typename T, typename W, int VEC>
-__device__ __forceinline__ uint32_t normalize_vec(const Pack<T, VEC>& x, const Pack<W, VEC>& w, float rstd,
-                                                  Pack<T, VEC>& nv, float (&g)[VEC]) {
+// NaN's, and so is the block scale computed from them (the contract's). `twice` is uniform
+// (RowArgs::round_twice): a branch around the extra rounding, which no other code waits on.
+template <bool F32SUM, typename T, typename W, int VEC>
+__device__ __forceinline__ uint32_t normalize_vec(const Pack<T, VEC>& x, const Pack<T, VEC>& r,
+                                                  const Pack<W, VEC>& w, float rstd, bool twice, Pack<T, VEC>& nv,
+                                                  float (&g)[VEC]) {
 #pragma unroll
   for (int e = 0; e < VEC; e += 2) {
-    float xf[2], wf[2], n[2];
-    Cvt<T>::to_float2(&x.v[e], xf[0], xf[1]);
+    float xf[2], wf[2];
+    norm_values2<F32SUM>(x, r, e, xf[0], xf[1]);
     Cvt<W>::to_float2(&w.v[e], wf[0], wf[1]);
 #pragma unroll
-    for (int i = 0; i < 2; ++i) n[i] = normalize(xf[i], rstd, wf[i]);
-    Cvt<T>::from_float2(n[0], n[1], &nv.v[e]);
+    for (int i = 0; i < 2; ++i) xf[i] = scaled_by_rstd(xf[i], rstd);
+    if (twice) {
+      T xr[2];
+      Cvt<T>::from_float2(xf[0], xf[1], xr);
+      Cvt<T>::to_float2(xr, xf[0], xf[1]);
+    }
+    Cvt<T>::from_float2(weighted(xf[0], wf[0]), weighted(xf[1], wf[1]), &nv.v[e]);
   }
 #pragma unroll
   for (int e = 0; e < VEC; e += 2) Cvt<T>::to_float2(&nv.v[e], g[e], g[e + 1]);

@@ -8,15 +8,16 @@
 namespace fp8norm {
 namespace cuda {
 
-// The squares of x's elements (float32 products, as the reference's x.square()), added pairwise
+// The squares of the values the norm is computed from (norm_values2: x's, or with F32SUM the
+// float32 sums of x's and r's; float32 products, as the reference's x.square()), added pairwise
 // in double: log2(VEC) dependent adds, not VEC.
-template <typename T, int VEC>
-__device__ __forceinline__ double sum_of_squares(const Pack<T, VEC>& x) {
+template <bool F32SUM, typename T, int VEC>
+__device__ __forceinline__ double sum_of_squares(const Pack<T, VEC>& x, const Pack<T, VEC>& r) {
   double sq[VEC];
 #pragma unroll
   for (int e = 0; e < VEC; e += 2) {
     float f[2];
-    Cvt<T>::to_float2(&x.v[e], f[0], f[1]);
+    norm_values2<F32SUM>(x, r, e, f[0], f[1]);
 #pragma unroll
     for (int i = 0; i < 2; ++i) sq[e + i] = static_cast<double>(__fmul_rn(f[i], f[i]));
   }

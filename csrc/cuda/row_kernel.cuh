@@ -48,39 +48,43 @@ __device__ __forceinline__ void store_row_block_scale(const RowArgs& a, const La
 
 // Pass 1 of a row: its vectors and the weight's loaded, the residual added and stored, the
 // thread's sum of squares returned (lanes past the row's end: registers the compiler cannot
-// know, never stored, and a zero sum).
-template <typename T, typename W, bool HAS_RES, int VPT, int VEC>
+// know, never stored, and a zero sum). sv ends with the rounded sums, or with F32SUM with the
+// input, and rv with the old residual (norm_values2 adds them again in pass 2).
+template <typename T, typename W, bool HAS_RES, bool F32SUM, int VPT, int VEC>
 __device__ __forceinline__ double load_add_sum(const RowArgs& a, const T* in, T* res, bool valid,
-                                               Pack<T, VEC> (&sv)[VPT], Pack<W, VEC> (&wv)[VPT]) {
+                                               Pack<T, VEC> (&sv)[VPT], Pack<T, VEC> (&rv)[VPT],
+                                               Pack<W, VEC> (&wv)[VPT]) {
   const int tx = threadIdx.x;
   [[maybe_unused]] const int stride = VPT > 1 ? static_cast<int>(blockDim.x) : 0;
   if (!valid) {
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
       opaque_fill(sv[j]);
+      if constexpr (F32SUM) opaque_fill(rv[j]);
       opaque_fill(wv[j]);
     }
     return 0.0;
   }
-  [[maybe_unused]] Pack<T, VEC> vres[VPT];
 #pragma unroll
   for (int j = 0; j < VPT; ++j) {
     load<true, Hint::kStream>(sv[j], vec_at<VEC>(in, tx + j * stride));
-    if constexpr (HAS_RES) load<true, Hint::kStream>(vres[j], vec_at<VEC>(res, tx + j * stride));
+    if constexpr (HAS_RES) load<true, Hint::kStream>(rv[j], vec_at<VEC>(res, tx + j * stride));
   }
 #pragma unroll
   for (int j = 0; j < VPT; ++j) load<true, Hint::kKeep>(wv[j], vec_at<VEC>(static_cast<const W*>(a.weight), tx + j * stride));
   if constexpr (HAS_RES) {
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
+      Pack<T, VEC> sum = sv[j];
 #pragma unroll
-      for (int e = 0; e < VEC; e += 2) Cvt<T>::add2(&sv[j].v[e], &vres[j].v[e]);
-      store<true, Hint::kStream>(vec_at<VEC>(res, tx + j * stride), sv[j]);
+      for (int e = 0; e < VEC; e += 2) Cvt<T>::add2(&sum.v[e], &rv[j].v[e]);
+      store<true, Hint::kStream>(vec_at<VEC>(res, tx + j * stride), sum);
+      if constexpr (!F32SUM) sv[j] = sum;
     }
   }
-  double acc = sum_of_squares(sv[0]);
+  double acc = sum_of_squares<F32SUM>(sv[0], rv[0]);
 #pragma unroll
-  for (int j = 1; j < VPT; ++j) acc += sum_of_squares(sv[j]);
+  for (int j = 1; j < VPT; ++j) acc += sum_of_squares<F32SUM>(sv[j], rv[j]);
   return acc;
 }
 
@@ -89,10 +93,10 @@ __device__ __forceinline__ double load_add_sum(const RowArgs& a, const T* in, T*
 // so that lanes (tx % LPB) / kOwners == j of a block's LPB lanes hold vector j's; they compute its
 // scale once and its reciprocal and finite value are shuffled to the block's other lanes; the
 // first of them stores it: at most one scale store per thread.
-template <typename T, typename W, int VEC, int LPB>
+template <bool F32SUM, typename T, typename W, int VEC, int LPB>
 __device__ __forceinline__ void quantize_four(const RowArgs& a, const LaunchParams& s, int64_t row, float rstd,
-                                              bool valid, const Pack<T, VEC> (&sv)[4], const Pack<W, VEC> (&wv)[4],
-                                              T* normed, uint8_t* out) {
+                                              bool valid, const Pack<T, VEC> (&sv)[4], const Pack<T, VEC> (&rv)[4],
+                                              const Pack<W, VEC> (&wv)[4], T* normed, uint8_t* out) {
   constexpr int VPT = 4;
   constexpr int kOwners = LPB / VPT;  // lanes of a block that end with one vector's amax
   const int tx = threadIdx.x;
@@ -103,7 +107,7 @@ __device__ __forceinline__ void quantize_four(const RowArgs& a, const LaunchPara
 #pragma unroll
   for (int j = 0; j < VPT; ++j) {
     float g[VEC];
-    amax[j] = normalize_vec(sv[j], wv[j], rstd, nv[j], g);
+    amax[j] = normalize_vec<F32SUM>(sv[j], rv[j], wv[j], rstd, a.round_twice, nv[j], g);
     if (valid && normed != nullptr) store<true, Hint::kStream>(vec_at<VEC>(normed, tx + j * stride), nv[j]);
   }
   const float scale = block_scale_from_amax_bits(block_amax_transposed<LPB, VPT>(amax, tx), a.ue8m0);
@@ -123,6 +127,24 @@ __device__ __forceinline__ void quantize_four(const RowArgs& a, const LaunchPara
   if (valid && tx % kOwners == 0) store_row_block_scale(a, s, row, (tx + kept_j * stride) / LPB, scale);
 }
 
+// Pass 2 of rows of one vector per thread.
+template <bool F32SUM, typename T, typename W, int VEC, int LPB>
+__device__ __forceinline__ void quantize_one(const RowArgs& a, const LaunchParams& s, int64_t row, float rstd,
+                                             bool valid, const Pack<T, VEC>& sv, const Pack<T, VEC>& rv,
+                                             const Pack<W, VEC>& wv, T* normed, uint8_t* out) {
+  const int tx = threadIdx.x;
+  Pack<T, VEC> nv;
+  float g[VEC];
+  const uint32_t amax = normalize_vec<F32SUM>(sv, rv, wv, rstd, a.round_twice, nv, g);
+  if (valid && normed != nullptr) store<true, Hint::kStream>(vec_at<VEC>(normed, tx), nv);
+  uint32_t words[VEC / 4];
+  const float scale = quantize_vec<VEC, LPB, false>(g, amax, a.ue8m0, words);
+  if (valid) {
+    store_fp8<true, VEC, Hint::kStream>(vec_at<VEC>(out, tx), words);
+    if (tx % LPB == 0) store_row_block_scale(a, s, row, tx / LPB, scale);
+  }
+}
+
 // Two CTAs of 1024 threads per SM (the one-vector register budget) where an SM holds 2048
 // threads; sm_120 holds 1536, so there the bound asks for one.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
@@ -131,14 +153,13 @@ constexpr int kRowMinCtasHere = 1;
 constexpr int kRowMinCtasHere = launch::kRowMinCtas;
 #endif
 
-template <typename T, typename W, bool HAS_RES, int VPT, int VB, bool FULL, bool ONE_STRIDE>
+template <typename T, typename W, bool HAS_RES, bool F32SUM, int VPT, int VB, bool FULL, bool ONE_STRIDE>
 __global__ void __launch_bounds__(VPT == 1 ? launch::kRowMaxThreads : launch::kRowFourMaxThreads,
                                   VPT == 1 ? kRowMinCtasHere : launch::kRowFourMinCtas)
     row_kernel(const RowArgs a, const LaunchParams s) {
   static_assert(VPT == 1 || VPT == 4, "one or four vectors per thread");
+  static_assert(HAS_RES || !F32SUM, "the float32 sum: with a residual");
   static_assert(VB == 16 || (VB == 8 && sizeof(T) == 2 && VPT == 1 && FULL), "8-byte vectors: 2-byte rows of whole warps");
-  constexpr Hint kOnce = Hint::kStream;  // input, residual, outputs: touched once (the weight,
-                                         // read by every row, is loaded with Hint::kKeep)
   constexpr int VEC = VB / sizeof(T);    // elements per vector
   constexpr int LPB = kBlock / VEC;      // lanes per 1x128 block
   static_assert(LPB <= 32 && 32 % LPB == 0, "a 1x128 block must sit inside one warp");
@@ -163,9 +184,12 @@ __global__ void __launch_bounds__(VPT == 1 ? launch::kRowMaxThreads : launch::kR
   wait_previous_grid(s.release_early);
 
   // Pass 1: the row and the weight, the new residual, the sum of squares.
+  // (Input, residual, outputs: touched once, Hint::kStream; the weight, read by every row,
+  // Hint::kKeep.)
   Pack<T, VEC> sv[VPT];
+  [[maybe_unused]] Pack<T, VEC> rv[VPT];
   Pack<W, VEC> wv[VPT];
-  double acc = load_add_sum<T, W, HAS_RES, VPT, VEC>(a, in, res, valid, sv, wv);
+  double acc = load_add_sum<T, W, HAS_RES, F32SUM, VPT, VEC>(a, in, res, valid, sv, rv, wv);
   // The row's sum: warp shuffles, the warp sums through shared memory, then a butterfly over all
   // 32 lanes (lanes past the row's warps add exact zeros): every lane the same sum, in one order.
 #pragma unroll
@@ -181,18 +205,9 @@ __global__ void __launch_bounds__(VPT == 1 ? launch::kRowMaxThreads : launch::kR
   T* normed = a.normed != nullptr ? row_start<true>(static_cast<T*>(a.normed) + row_off(a.normed_stride)) : nullptr;
   uint8_t* out = row_start<true>(static_cast<uint8_t*>(a.out) + row_off(a.out_stride));
   if constexpr (VPT == 1) {
-    Pack<T, VEC> nv;
-    float g[VEC];
-    const uint32_t amax = normalize_vec(sv[0], wv[0], rstd, nv, g);
-    if (valid && normed != nullptr) store<true, kOnce>(vec_at<VEC>(normed, tx), nv);
-    uint32_t words[VEC / 4];
-    const float scale = quantize_vec<VEC, LPB, false>(g, amax, a.ue8m0, words);
-    if (valid) {
-      store_fp8<true, VEC, kOnce>(vec_at<VEC>(out, tx), words);
-      if (tx % LPB == 0) store_row_block_scale(a, s, row, tx / LPB, scale);
-    }
+    quantize_one<F32SUM, T, W, VEC, LPB>(a, s, row, rstd, valid, sv[0], rv[0], wv[0], normed, out);
   } else {
-    quantize_four<T, W, VEC, LPB>(a, s, row, rstd, valid, sv, wv, normed, out);
+    quantize_four<F32SUM, T, W, VEC, LPB>(a, s, row, rstd, valid, sv, rv, wv, normed, out);
   }
 }
 

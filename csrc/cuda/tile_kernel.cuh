@@ -88,26 +88,29 @@ __device__ __forceinline__ void prefetch_later(const RowArgs& a, const LaunchPar
 // Pass 1: every tile's input (+ residual: the new residual, stored), its sum of squares, the
 // tiles before the last stashed; the last tile's sums stay in sv (its weight in wv with one
 // vector per thread). Vectors past the slice's end are not loaded; their registers hold values
-// pass 2 computes on and never stores (no select per element).
-template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT>
+// pass 2 computes on and never stores (no select per element). With F32SUM sv keeps the input
+// and rv the old residual (the stash both, the residual's half after the input's); earlier
+// tiles without a stash store their residual in pass 2, which reads input and residual again.
+template <typename T, typename W, bool HAS_RES, bool F32SUM, bool ALIGNED, int VPT>
 __device__ __forceinline__ double pass1(const RowArgs& a, const LaunchParams& s, const Slice<T>& sl, T* stash,
-                                        Pack<T, 16 / sizeof(T)> (&sv)[VPT], Pack<W, 16 / sizeof(T)> (&wv)[VPT]) {
+                                        Pack<T, 16 / sizeof(T)> (&sv)[VPT], Pack<T, 16 / sizeof(T)> (&rv)[VPT],
+                                        Pack<W, 16 / sizeof(T)> (&wv)[VPT]) {
   constexpr int VEC = 16 / sizeof(T);
   constexpr bool kWeightEarly = VPT == 1;  // with four vectors the weight would cost registers
   const int tile_vecs = blockDim.x * VPT;
   double acc = 0.0;
   for (int t = 0; t < s.tiles; ++t) {
     const int v0 = sl.begin + t * tile_vecs + threadIdx.x;  // vector k: v0 + k * blockDim.x
-    [[maybe_unused]] Pack<T, VEC> vres[VPT];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int v = v0 + k * blockDim.x;
       if (sl.active && v < sl.end) {
         load<ALIGNED, Hint::kStream>(sv[k], vec_at<VEC>(sl.in, v));
-        if constexpr (HAS_RES) load<ALIGNED, Hint::kStream>(vres[k], vec_at<VEC>(sl.res, v));
+        if constexpr (HAS_RES) load<ALIGNED, Hint::kStream>(rv[k], vec_at<VEC>(sl.res, v));
         if (kWeightEarly && t == s.tiles - 1) load<ALIGNED, Hint::kKeep>(wv[k], vec_at<VEC>(static_cast<const W*>(a.weight), v));
       } else {
         opaque_fill(sv[k]);
+        if constexpr (F32SUM) opaque_fill(rv[k]);
         opaque_fill(wv[k]);
       }
     }
@@ -116,12 +119,17 @@ __device__ __forceinline__ double pass1(const RowArgs& a, const LaunchParams& s,
       const int v = v0 + k * blockDim.x;
       if (!(sl.active && v < sl.end)) continue;
       if constexpr (HAS_RES) {
+        Pack<T, VEC> sum = sv[k];
 #pragma unroll
-        for (int e = 0; e < VEC; e += 2) Cvt<T>::add2(&sv[k].v[e], &vres[k].v[e]);
+        for (int e = 0; e < VEC; e += 2) Cvt<T>::add2(&sum.v[e], &rv[k].v[e]);
+        if (!F32SUM || s.stash || t == s.tiles - 1) store<ALIGNED, Hint::kStream>(vec_at<VEC>(sl.res, v), sum);
+        if constexpr (!F32SUM) sv[k] = sum;
       }
-      acc += sum_of_squares(sv[k]);
-      if constexpr (HAS_RES) store<ALIGNED, Hint::kStream>(vec_at<VEC>(sl.res, v), sv[k]);
-      if (s.stash && s.tiles > 1) store<true>(vec_at<VEC>(stash, v - sl.begin), sv[k]);
+      acc += sum_of_squares<F32SUM>(sv[k], rv[k]);
+      if (s.stash && s.tiles > 1) {
+        store<true>(vec_at<VEC>(stash, v - sl.begin), sv[k]);
+        if constexpr (F32SUM) store<true>(vec_at<VEC>(stash, v - sl.begin + s.slice_vecs), rv[k]);
+      }
     }
   }
   return acc;
@@ -163,11 +171,13 @@ __device__ __forceinline__ double row_sum(double acc, double* red, double* clust
 }
 
 // Pass 2, last tile first (still in registers); earlier tiles come back from the stash or from
-// the residual / input just read. Block-scale stores with the L2 line policy (kScaleLines) in
-// the four-vector kernels of one-CTA rows.
-template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT, TileLayout L>
+// the residual / input just read (with F32SUM: input and old residual, and the new residual is
+// stored here). Block-scale stores with the L2 line policy (kScaleLines) in the four-vector
+// kernels of one-CTA rows.
+template <typename T, typename W, bool HAS_RES, bool F32SUM, bool ALIGNED, int VPT, TileLayout L>
 __device__ __forceinline__ void pass2(const RowArgs& a, const LaunchParams& s, const Slice<T>& sl, const T* stash,
-                                      float rstd, Pack<T, 16 / sizeof(T)> (&sv)[VPT], Pack<W, 16 / sizeof(T)> (&wv)[VPT]) {
+                                      float rstd, Pack<T, 16 / sizeof(T)> (&sv)[VPT], Pack<T, 16 / sizeof(T)> (&rv)[VPT],
+                                      Pack<W, 16 / sizeof(T)> (&wv)[VPT]) {
   constexpr int VEC = 16 / sizeof(T);
   constexpr int LPB = kBlock / VEC;
   constexpr bool kWeightEarly = VPT == 1;
@@ -192,6 +202,14 @@ __device__ __forceinline__ void pass2(const RowArgs& a, const LaunchParams& s, c
       if (t != s.tiles - 1) {
         if (s.stash) {
           load<true>(sv[k], vec_at<VEC>(stash, v - sl.begin));
+          if constexpr (F32SUM) load<true>(rv[k], vec_at<VEC>(stash, v - sl.begin + s.slice_vecs));
+        } else if constexpr (F32SUM) {
+          load<ALIGNED, Hint::kStream>(sv[k], vec_at<VEC>(sl.in, v));
+          load<ALIGNED, Hint::kStream>(rv[k], vec_at<VEC>(sl.res, v));
+          Pack<T, VEC> sum = sv[k];
+#pragma unroll
+          for (int e = 0; e < VEC; e += 2) Cvt<T>::add2(&sum.v[e], &rv[k].v[e]);
+          store<ALIGNED, Hint::kStream>(vec_at<VEC>(sl.res, v), sum);
         } else {
           load<ALIGNED, Hint::kStream>(sv[k], vec_at<VEC>(HAS_RES ? sl.res : sl.in, v));
         }
@@ -204,7 +222,7 @@ __device__ __forceinline__ void pass2(const RowArgs& a, const LaunchParams& s, c
       const bool valid = sl.active && v < sl.end;
       Pack<T, VEC> nv;
       float g[VEC];
-      const uint32_t amax = normalize_vec(sv[k], wv[k], rstd, nv, g);
+      const uint32_t amax = normalize_vec<F32SUM>(sv[k], rv[k], wv[k], rstd, a.round_twice, nv, g);
       if (valid && sl.normed != nullptr) store<ALIGNED, Hint::kStream>(vec_at<VEC>(sl.normed, v), nv);
       uint32_t words[VEC / 4];
       const float scale = quantize_vec<VEC, LPB, VPT == 1>(g, amax, a.ue8m0, words);
@@ -228,7 +246,7 @@ __device__ __forceinline__ void pass2(const RowArgs& a, const LaunchParams& s, c
 
 // Registers: with four vectors per thread aligned rows are held to 64 registers, so that two
 // CTAs of 512 threads fit on an SM; unaligned rows keep every register.
-template <typename T, typename W, bool HAS_RES, bool ALIGNED, int VPT, TileLayout L>
+template <typename T, typename W, bool HAS_RES, bool F32SUM, bool ALIGNED, int VPT, TileLayout L>
 __global__ void __launch_bounds__(VPT == 4 ? launch::kTileMaxThreads4 : launch::kTileMaxThreads1,
                                   VPT == 4 && ALIGNED ? launch::kTileMinCtas4 : 1)
     tile_kernel(const RowArgs a, const LaunchParams s) {
@@ -252,12 +270,14 @@ __global__ void __launch_bounds__(VPT == 4 ? launch::kTileMaxThreads4 : launch::
   prefetch_later<T, HAS_RES, ALIGNED>(a, s, sl, blockDim.x * VPT);
   wait_previous_grid(s.release_early);
 
-  Pack<T, VEC> sv[VPT];  // the rounded sums of the current tile (exact in T)
+  static_assert(HAS_RES || !F32SUM, "the float32 sum: with a residual");
+  Pack<T, VEC> sv[VPT];  // the rounded sums of the current tile (exact in T); F32SUM: the input
+  [[maybe_unused]] Pack<T, VEC> rv[VPT];  // F32SUM: the old residual
   Pack<W, VEC> wv[VPT];  // the weights of the current tile
-  const double acc = pass1<T, W, HAS_RES, ALIGNED, VPT>(a, s, sl, stash, sv, wv);
+  const double acc = pass1<T, W, HAS_RES, F32SUM, ALIGNED, VPT>(a, s, sl, stash, sv, rv, wv);
   const double sum_sq = row_sum<L>(acc, red, cluster_red, bar, s, rank);
   const float rstd = rstd_from_sum_of_squares_device(sum_sq, s.inv_hidden, a.eps);
-  pass2<T, W, HAS_RES, ALIGNED, VPT, L>(a, s, sl, stash, rstd, sv, wv);
+  pass2<T, W, HAS_RES, F32SUM, ALIGNED, VPT, L>(a, s, sl, stash, rstd, sv, rv, wv);
 }
 
 }  // namespace cuda

@@ -80,6 +80,20 @@ struct alignas(16) Pack {
   T v[N];
 };
 
+// Elements e and e + 1 of the values the norm is computed from, as floats: x's, or with F32SUM
+// the float32 sums of x's (the input) and r's (the old residual), not rounded to T.
+template <bool F32SUM, typename T, int VEC>
+__device__ __forceinline__ void norm_values2(const Pack<T, VEC>& x, const Pack<T, VEC>& r, int e, float& lo,
+                                             float& hi) {
+  Cvt<T>::to_float2(&x.v[e], lo, hi);
+  if constexpr (F32SUM) {
+    float a, b;
+    Cvt<T>::to_float2(&r.v[e], a, b);
+    lo = __fadd_rn(lo, a);
+    hi = __fadd_rn(hi, b);
+  }
+}
+
 template <Hint H, typename V>
 __device__ __forceinline__ V load_hinted(const V* p) {
   if constexpr (H == Hint::kStream) return __ldcs(p);

@@ -2,7 +2,8 @@
 itself is slow under the sanitizer), each checked against the contract as in the tests: every
 kernel of the launch policy forced on the shapes that exercise it (tests/test_kernels.py's
 CASES), then a grid under the policy's own choices (odd H, long rows, M in {1, 3, 5, 1024, 133},
-strided and unaligned rows, every block_scale layout, normed_out=None, scale_ue8m0, both ops),
+strided and unaligned rows, every block_scale layout, normed_out=None, scale_ue8m0, both ops, every
+norm convention; the kernel cases run each convention too),
 and packed UE8M0 scales under every kernel (tests/test_ue8m0_packed.py)."""
 import itertools
 import os
@@ -13,6 +14,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import fp8norm_testing  # noqa: E402
 from fp8norm_testing import LAYOUTS, Case, check_case, forced_kernel, kernel_runs_here  # noqa: E402
+from torch_fp8norm.reference import NORM_CONVENTIONS  # noqa: E402
 from test_kernels import kernel_cases  # noqa: E402
 from test_ue8m0_packed import KERNEL_CASES, test_packed_every_cuda_kernel  # noqa: E402
 
@@ -28,8 +30,10 @@ def policy_cases(device="cuda"):
             if (m == 1024 and h > 5120) or (m == 133 and h < 32768):
                 continue
             pad, layout, normed_none, ue8m0, fused = opts[(i * 7) % len(opts)]
+            conv = NORM_CONVENTIONS[i % len(NORM_CONVENTIONS)]
             i += 1
-            yield Case(device, dtype, m, h, fused=fused, pad=pad, layout=layout, normed_none=normed_none, ue8m0=ue8m0)
+            yield Case(device, dtype, m, h, fused=fused, pad=pad, layout=layout, normed_none=normed_none, ue8m0=ue8m0,
+                       norm_convention=conv)
 
 
 GROUPS = ("kernels", "policy", "packed")
