@@ -86,12 +86,13 @@ def n_sets(nbytes: int, l2: int, cold: bool) -> int:
     return min(MAX_SETS, max(1, math.ceil(4 * l2 / nbytes))) if cold else 1
 
 
-def op_sets(m, h, n, dtype, wdtype, residual, device):
+def op_sets(m, h, n, dtype, wdtype, residual, device, strided_input=False):
     """n sets (ins, out, block_scale, normed_out), ins = (input, residual, weight) or (input, weight):
     per-set views of one arena per stream; block_scale strided (1, round_up(M, 4)) like the
-    functional ops' (torch_fp8norm.block_scale_strides)."""
+    functional ops' (torch_fp8norm.block_scale_strides). strided_input: input rows are the first
+    halves of rows of 2H elements (row stride 2H, as a split projection's output)."""
     torch.manual_seed(m * 7919 + h)
-    x = torch.randn(n, m, h, dtype=dtype, device=device)
+    x = torch.randn(n, m, 2 * h if strided_input else h, dtype=dtype, device=device)[..., :h]
     r = torch.randn(n, m, h, dtype=dtype, device=device) if residual else None
     w = torch.randn(n, h, device=device).mul_(0.5).add_(1).to(wdtype)
     out = torch.empty(n, m, h, dtype=torch.float8_e4m3fn, device=device)
@@ -173,9 +174,12 @@ def time_wall(fn, calls: int | None, replays: int, sync=lambda: None):
     return min(times), statistics.median(times) / min(times)
 
 
+CONVENTION = ()  # the op's and the reference's norm_convention argument (--norm-convention; none: "torch")
+
+
 def _reference(*ins):
     """The reference with the benchmark's eps: (x, r, w), or (x, w) without a residual."""
-    return getattr(R, OP_NAMES[len(ins) == 3])(*ins, EPS, False)
+    return getattr(R, OP_NAMES[len(ins) == 3])(*ins, EPS, False, *CONVENTION)
 
 
 def bench_shape(m, h, args, l2, compiled_ref):
@@ -204,13 +208,14 @@ def bench_shape(m, h, args, l2, compiled_ref):
         t[key], spread[key] = min(memcpy, kernel)
         del sets
     rec["sets"]["op"] = n_sets(set_bytes(m, h, dtype, wdtype, residual), l2, args.cold)
-    sets = op_sets(m, h, rec["sets"]["op"], dtype, wdtype, residual, dev)
+    sets = op_sets(m, h, rec["sets"]["op"], dtype, wdtype, residual, dev, args.strided_input)
     op = getattr(torch.ops.fp8norm, OP_NAMES[residual]).out
-    run("op", lambda ins, o, s, n: op(*ins, EPS, False, out=o, block_scale=s, normed_out=n), sets)
-    run("op_nonormed", lambda ins, o, s, n: op(*ins, EPS, False, out=o, block_scale=s, normed_out=None), sets)
+    conv = CONVENTION
+    run("op", lambda ins, o, s, n: op(*ins, EPS, False, *conv, out=o, block_scale=s, normed_out=n), sets)
+    run("op_nonormed", lambda ins, o, s, n: op(*ins, EPS, False, *conv, out=o, block_scale=s, normed_out=None), sets)
     if args.packed:
         packed = packed_scales(m, h, len(sets), dev)
-        run("op_packed", lambda ins, o, p, n: op(*ins, EPS, True, out=o, block_scale=p, normed_out=n),
+        run("op_packed", lambda ins, o, p, n: op(*ins, EPS, True, *conv, out=o, block_scale=p, normed_out=n),
             [(ins, o, p, n) for (ins, o, _, n), p in zip(sets, packed)])
     if compiled_ref is not None:
         run("compile", lambda ins, *_: compiled_ref(*ins), sets)
@@ -343,7 +348,11 @@ def header(meta) -> str:
     where = f"cpu ({meta['threads']} threads)" if meta["device"] == "cpu" else meta["name"]
     how = HOW[meta["mode"]].format(l2=meta["l2_bytes"] / 2**20, max_sets=MAX_SETS, calls=meta["calls"],
                                    replays=meta["replays"], sync=", synchronized at each repeat's end" if meta["device"] == "cuda" else "")
-    return f"# {meta['op']} on {where}, {meta['dtype']} (weight {meta['weight_dtype']}), torch {meta['torch']}: {how}"
+    conv = meta.get("norm_convention", "torch")
+    opts = (f", norm_convention {conv}" if conv != "torch" else "") + (
+        ", input row stride 2H" if meta.get("strided_input") else "")
+    return (f"# {meta['op']} on {where}, {meta['dtype']} (weight {meta['weight_dtype']}{opts}), "
+            f"torch {meta['torch']}: {how}")
 
 
 def print_table(records):
@@ -502,7 +511,13 @@ def main(argv=None):
                    help="time rmsnorm_fp8_block_quant (5 bytes per bf16 element, 3 without normed_out)")
     p.add_argument("--weight-fp32", action="store_true",
                    help="a float32 weight (the byte model keeps the input's dtype: the weight is read once)")
+    p.add_argument("--strided-input", action="store_true",
+                   help="input rows with row stride 2H (views of wider rows; the bytes read are the same)")
+    p.add_argument("--norm-convention", default="torch", choices=list(R.NORM_CONVENTIONS),
+                   help="the op's (and the reference's) norm_convention")
     args = p.parse_args(argv)
+    global CONVENTION
+    CONVENTION = () if args.norm_convention == "torch" else (args.norm_convention,)
     if args.plot:
         try:
             import matplotlib  # noqa: F401  (plot() draws with it, after all the measuring)
@@ -534,7 +549,8 @@ def main(argv=None):
     meta = dict(op=OP_NAMES[not args.no_residual], device=args.device,
                 name=torch.cuda.get_device_name() if cuda else "cpu", torch=torch.__version__,
                 dtype=args.dtype, weight_dtype=str(args.wdtype_t).replace("torch.", ""),
-                weight_fp32=args.weight_fp32, l2_bytes=l2, threads=torch.get_num_threads(),
+                weight_fp32=args.weight_fp32, norm_convention=args.norm_convention,
+                strided_input=args.strided_input, l2_bytes=l2, threads=torch.get_num_threads(),
                 loadavg=os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
                 mode=("call-cost" if args.call_cost else "layer" if args.layer else "cold-l2" if args.cold else
                       "hot" if cuda else "cpu"),

@@ -67,6 +67,19 @@ def test_benchmark_script_on_cpu(tmp_path):
         assert rec["gbps"]["op"] == pytest.approx(rec["bytes"] / (us["op"] * 1e3))
 
 
+def test_benchmark_convention_and_strided_input(bench, tmp_path, capsys):
+    """--norm-convention times the op (and its reference) under that convention; --strided-input
+    gives the op input rows of row stride 2H; the header and the JSON say both."""
+    out = tmp_path / "conv.json"
+    bench.main([*FAST, "--shapes", "3x256", "--norm-convention", "vllm", "--strided-input", "--json", str(out)])
+    assert "(weight bfloat16, norm_convention vllm, input row stride 2H)" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["norm_convention"] == "vllm" and data["strided_input"] is True
+    assert data["records"][0]["us"]["op"] > 0
+    sets = bench.op_sets(3, 256, 2, torch.bfloat16, torch.bfloat16, True, "cpu", strided_input=True)
+    assert sets[0][0][0].stride() == (512, 1)
+
+
 def test_benchmark_no_residual_and_fp32_weight(bench, tmp_path, capsys):
     """--no-residual times rmsnorm_fp8_block_quant (5 bytes per bf16 element, 3 without normed_out);
     --weight-fp32 leaves the byte model alone and says so in the header."""
