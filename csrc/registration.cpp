@@ -51,17 +51,17 @@ std::string launch_plan(int64_t rows, int64_t hidden, int64_t elem_size, bool re
 STABLE_TORCH_LIBRARY(fp8norm, m) {
   m.def(
       "fused_add_rmsnorm_fp8_block_quant(Tensor input, Tensor(a!) residual, Tensor weight, "
-      "float eps=1e-06, bool scale_ue8m0=False, str norm_convention=\"torch\") -> (Tensor, Tensor, Tensor)");
+      "float eps=1e-06, bool scale_ue8m0=False, str? norm_convention=None) -> (Tensor, Tensor, Tensor)");
   m.def(
       "fused_add_rmsnorm_fp8_block_quant.out(Tensor input, Tensor(a!) residual, Tensor weight, "
-      "float eps=1e-06, bool scale_ue8m0=False, str norm_convention=\"torch\", *, Tensor(b!) out, "
+      "float eps=1e-06, bool scale_ue8m0=False, str? norm_convention=None, *, Tensor(b!) out, "
       "Tensor(c!) block_scale, Tensor(d!)? normed_out=None) -> ()");
   m.def(
       "rmsnorm_fp8_block_quant(Tensor input, Tensor weight, float eps=1e-06, "
-      "bool scale_ue8m0=False, str norm_convention=\"torch\") -> (Tensor, Tensor, Tensor)");
+      "bool scale_ue8m0=False, str? norm_convention=None) -> (Tensor, Tensor, Tensor)");
   m.def(
       "rmsnorm_fp8_block_quant.out(Tensor input, Tensor weight, float eps=1e-06, "
-      "bool scale_ue8m0=False, str norm_convention=\"torch\", *, Tensor(b!) out, Tensor(c!) block_scale, "
+      "bool scale_ue8m0=False, str? norm_convention=None, *, Tensor(b!) out, Tensor(c!) block_scale, "
       "Tensor(d!)? normed_out=None) -> ()");
   // Private, for the tests: the launch policy (the CUDA library adds _force_kernel and
   // _kernel_image_arch).

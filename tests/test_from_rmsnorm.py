@@ -83,8 +83,9 @@ def _weighted(norm, dtype, device):
 
 def _same_as_norm(norm, mod, dtype, device):
     """The module's results equal the norm's own forward on fresh inputs, up to the rounding of
-    rstd: normed within 1 ulp in at most 1% of the elements (2-byte dtypes; float32: 2^-16
-    relative), the residual bitwise."""
+    rstd: normed within 2 ulps (a 1-ulp difference in the first of two roundings, times the
+    weight) in at most 1% of the elements (2-byte dtypes; float32: 2^-16 relative), the residual
+    bitwise."""
     x, r, _ = make_inputs(Case(device, dtype, 64, H))
     with torch.no_grad():
         if isinstance(norm, VllmRMSNorm):
@@ -99,7 +100,7 @@ def _same_as_norm(norm, mod, dtype, device):
         torch.testing.assert_close(got.normed, theirs, rtol=2.0 ** -16, atol=0)
     else:
         d = ulp_distance(got.normed, theirs)
-        assert int(d.max()) <= 1 and int((d != 0).sum()) * 100 <= d.numel(), (int(d.max()), int((d != 0).sum()))
+        assert int(d.max()) <= 2 and int((d != 0).sum()) * 100 <= d.numel(), (int(d.max()), int((d != 0).sum()))
 
 
 @pytest.mark.parametrize("device", DEVICES)

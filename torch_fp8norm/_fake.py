@@ -55,12 +55,12 @@ def _rows(op, what, t, input, dtype):
 
 
 def check_convention(op, norm_convention):
-    if norm_convention not in NORM_CONVENTIONS:
+    if norm_convention is not None and norm_convention not in NORM_CONVENTIONS:
         _fail(op, "norm_convention must be one of 'torch', 'hf', 'vllm', 'flashinfer', got "
                   f"'{norm_convention}'")
 
 
-def check_inputs(op, input, residual, weight, eps, norm_convention="torch"):
+def check_inputs(op, input, residual, weight, eps, norm_convention=None):
     check_convention(op, norm_convention)
     if input.dim() != 2:
         _fail(op, f"input must be 2-D [M, H], got {input.dim()}-D")
@@ -108,14 +108,14 @@ def _outputs(input):
 
 
 @torch.library.register_fake("fp8norm::fused_add_rmsnorm_fp8_block_quant")
-def _fused(input, residual, weight, eps=1e-6, scale_ue8m0=False, norm_convention="torch"):
+def _fused(input, residual, weight, eps=1e-6, scale_ue8m0=False, norm_convention=None):
     _defined(FUSED_OP, input=input, residual=residual, weight=weight)
     check_inputs(FUSED_OP, input, residual, weight, eps, norm_convention)
     return _outputs(input)
 
 
 @torch.library.register_fake("fp8norm::fused_add_rmsnorm_fp8_block_quant.out")
-def _fused_out(input, residual, weight, eps=1e-6, scale_ue8m0=False, norm_convention="torch", *, out, block_scale,
+def _fused_out(input, residual, weight, eps=1e-6, scale_ue8m0=False, norm_convention=None, *, out, block_scale,
                normed_out=None):
     _defined(FUSED_OP, input=input, residual=residual, weight=weight, out=out, block_scale=block_scale)
     check_inputs(FUSED_OP, input, residual, weight, eps, norm_convention)
@@ -123,14 +123,14 @@ def _fused_out(input, residual, weight, eps=1e-6, scale_ue8m0=False, norm_conven
 
 
 @torch.library.register_fake("fp8norm::rmsnorm_fp8_block_quant")
-def _plain(input, weight, eps=1e-6, scale_ue8m0=False, norm_convention="torch"):
+def _plain(input, weight, eps=1e-6, scale_ue8m0=False, norm_convention=None):
     _defined(PLAIN_OP, input=input, weight=weight)
     check_inputs(PLAIN_OP, input, None, weight, eps, norm_convention)
     return _outputs(input)
 
 
 @torch.library.register_fake("fp8norm::rmsnorm_fp8_block_quant.out")
-def _plain_out(input, weight, eps=1e-6, scale_ue8m0=False, norm_convention="torch", *, out, block_scale,
+def _plain_out(input, weight, eps=1e-6, scale_ue8m0=False, norm_convention=None, *, out, block_scale,
                normed_out=None):
     _defined(PLAIN_OP, input=input, weight=weight, out=out, block_scale=block_scale)
     check_inputs(PLAIN_OP, input, None, weight, eps, norm_convention)

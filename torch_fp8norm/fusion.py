@@ -85,8 +85,9 @@ def _rms_vllm(s, weight, eps):  # vLLM's RMSNorm.forward_native without a residu
     return _rms_vllm_f32(s.to(torch.float32), s.dtype, weight, eps)
 
 
-# The convention of each norm form (the fused forms' add rounds the sum to the dtype, but vLLM's).
-_CONVENTION = {_rms_functional: "torch", _rms_manual: "torch", _rms_hf: "hf", _rms_vllm: "vllm"}
+# The convention of each norm form (the fused forms' add rounds the sum to the dtype, but vLLM's);
+# None is the ops' default, "torch".
+_CONVENTION = {_rms_functional: None, _rms_manual: None, _rms_hf: "hf", _rms_vllm: "vllm"}
 
 
 # ---- the replacements: the .out ops, functionalized (Inductor updates the residual in place
@@ -99,7 +100,7 @@ def _outputs(x: torch.Tensor, normed: bool):
     return out, scale, (torch.empty((m, n), dtype=x.dtype, device=x.device) if normed else None)
 
 
-def _fused(x, residual, weight, eps, ue8m0: bool, normed: bool, convention: str):
+def _fused(x, residual, weight, eps, ue8m0: bool, normed: bool, convention: Optional[str]):
     out, scale, nrm = _outputs(x, normed)
     r = auto_functionalized(torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out, input=x, residual=residual,
                             weight=weight, eps=eps, scale_ue8m0=ue8m0, norm_convention=convention, out=out,
@@ -107,7 +108,7 @@ def _fused(x, residual, weight, eps, ue8m0: bool, normed: bool, convention: str)
     return r[1], r[2], r[3], (r[4] if normed else None)
 
 
-def _plain(x, weight, eps, ue8m0: bool, normed: bool, convention: str):
+def _plain(x, weight, eps, ue8m0: bool, normed: bool, convention: Optional[str]):
     out, scale, nrm = _outputs(x, normed)
     r = auto_functionalized(torch.ops.fp8norm.rmsnorm_fp8_block_quant.out, input=x, weight=weight, eps=eps,
                             scale_ue8m0=ue8m0, norm_convention=convention, out=out, block_scale=scale,

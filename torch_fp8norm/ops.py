@@ -48,7 +48,8 @@ with scale_ue8m0 rounded up to a power of two); normed_out: [M, H] of input's dt
 The default overload returns (out, block_scale, normed_out), block_scale with strides
 (1, round_up(M, 4)). The .out overload writes its keyword arguments instead: any non-overlapping
 block_scale strides, an int32 [M, ceil(H/512)] block_scale of packed UE8M0 exponents with
-scale_ue8m0, normed_out=None to skip the normed values. Contract and layouts: the README;
+scale_ue8m0, normed_out=None to skip the normed values. norm_convention: None (``"torch"``), ``"hf"``,
+``"vllm"`` or ``"flashinfer"``, where the norm rounds (README, "Norm conventions"). Contract and layouts: the README;
 the executable specification: torch_fp8norm.reference. torch_fp8norm.fused_add_rmsnorm_fp8_block_quant
 is the documented Python function over both overloads."""
 
@@ -245,11 +246,12 @@ def _call(op: str, functional, out_op, input: Tensor, residual: Optional[Tensor]
         _is_compiling() or (residual.is_inference() and _inference_update_allowed(op)))
     lead, x = input.shape[:-1], _rows(op, input, "input", False)
     ins = (x, weight) if residual is None else (x, _rows(op, residual, "residual", True), weight)
+    conv = None if norm_convention == "torch" else norm_convention  # None: the ops' default, no string
     if scale_layout == "deepgemm" and scale_format != "ue8m0_packed" and normed:
-        result = _result(lead, *functional(*ins, eps, ue8m0, norm_convention))
+        result = _result(lead, *functional(*ins, eps, ue8m0, conv))
     else:
         out, scale, n = _outputs(x, scale_layout, scale_format, normed)
-        out_op(*ins, eps, ue8m0, norm_convention, out=out, block_scale=scale, normed_out=n)
+        out_op(*ins, eps, ue8m0, conv, out=out, block_scale=scale, normed_out=n)
         result = _result(lead, out, scale, n)
     if bump:
         _bump_versions((residual,))

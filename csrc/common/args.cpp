@@ -141,7 +141,10 @@ struct Convention {
   bool sum_f32, round_twice;
 };
 
-Convention parse_convention(const char* op, const std::string& c) {
+// None (the schemas' default: no string to convert on the common call) is "torch".
+Convention parse_convention(const char* op, const OptString& conv) {
+  if (!conv) return {false, false};
+  const std::string& c = *conv;
   if (c == "torch") return {false, false};
   if (c == "hf") return {false, true};
   if (c == "vllm") return {true, true};
@@ -350,7 +353,7 @@ const Info* ptr(const std::optional<Info>& i) { return i ? &*i : nullptr; }
 }  // namespace
 
 RowArgs prepare(const char* op, const Tensor& input, const Tensor* residual, const Tensor& weight, double eps,
-                bool scale_ue8m0, const std::string& norm_convention, const Tensor& out, const Tensor& block_scale,
+                bool scale_ue8m0, const OptString& norm_convention, const Tensor& out, const Tensor& block_scale,
                 const OptTensor& normed_out) {
   const Tensor* n_t = normed_out ? &*normed_out : nullptr;
   try {
@@ -370,7 +373,7 @@ RowArgs prepare(const char* op, const Tensor& input, const Tensor* residual, con
 
 std::pair<RowArgs, Outputs> prepare_functional(const char* op, const Tensor& input, const Tensor* residual,
                                                const Tensor& weight, double eps, bool scale_ue8m0,
-                                               const std::string& norm_convention) {
+                                               const OptString& norm_convention) {
   try {
     const Convention conv = parse_convention(op, norm_convention);
     const Info i(input), w(weight);

@@ -32,6 +32,7 @@ namespace fp8norm {
 
 using Tensor = torch::stable::Tensor;
 using OptTensor = std::optional<Tensor>;
+using OptString = std::optional<std::string>;
 using ScalarType = torch::headeronly::ScalarType;
 
 // Names in error messages.
@@ -52,9 +53,9 @@ using Outputs = std::tuple<Tensor, Tensor, Tensor>;  // out, block_scale, normed
 // memory: no written tensor overlaps itself or any other argument. All before anything is
 // written. torch_fp8norm/_fake.py states the same rules on symbolic shapes for fake tensors
 // (torch.compile), with the same messages.
-// norm_convention: "torch", "hf", "vllm" or "flashinfer" (RowArgs::sum_f32, round_twice).
+// norm_convention: "torch" (or none), "hf", "vllm" or "flashinfer" (RowArgs::sum_f32, round_twice).
 RowArgs prepare(const char* op, const Tensor& input, const Tensor* residual, const Tensor& weight, double eps,
-                bool scale_ue8m0, const std::string& norm_convention, const Tensor& out, const Tensor& block_scale,
+                bool scale_ue8m0, const OptString& norm_convention, const Tensor& out, const Tensor& block_scale,
                 const OptTensor& normed_out);
 
 // The functional ops': the inputs' checks, then fresh outputs on input's device (which pass the
@@ -63,7 +64,7 @@ RowArgs prepare(const char* op, const Tensor& input, const Tensor* residual, con
 // dtype; the residual's overlap check, and the kernels' arguments.
 std::pair<RowArgs, Outputs> prepare_functional(const char* op, const Tensor& input, const Tensor* residual,
                                                const Tensor& weight, double eps, bool scale_ue8m0,
-                                               const std::string& norm_convention);
+                                               const OptString& norm_convention);
 inline int64_t scale_column_stride(int64_t m) { return (m + 3) / 4 * 4; }  // round_up(M, 4)
 
 }  // namespace fp8norm

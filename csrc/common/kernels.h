@@ -14,27 +14,27 @@ namespace fp8norm {
 template <void (*Run)(const RowArgs&, const Tensor& input)>
 struct Kernels {
   static void fused_out(const Tensor& input, const Tensor& residual, const Tensor& weight, double eps, bool ue8m0,
-                        std::string conv, const Tensor& out, const Tensor& block_scale, const OptTensor& normed_out) {
+                        OptString conv, const Tensor& out, const Tensor& block_scale, const OptTensor& normed_out) {
     Run(prepare(kFusedOp, input, &residual, weight, eps, ue8m0, conv, out, block_scale, normed_out), input);
   }
 
-  static void plain_out(const Tensor& input, const Tensor& weight, double eps, bool ue8m0, std::string conv,
+  static void plain_out(const Tensor& input, const Tensor& weight, double eps, bool ue8m0, OptString conv,
                         const Tensor& out, const Tensor& block_scale, const OptTensor& normed_out) {
     Run(prepare(kPlainOp, input, nullptr, weight, eps, ue8m0, conv, out, block_scale, normed_out), input);
   }
 
   static Outputs fused(const Tensor& input, const Tensor& residual, const Tensor& weight, double eps, bool ue8m0,
-                       std::string conv) {
+                       OptString conv) {
     return functional(kFusedOp, input, &residual, weight, eps, ue8m0, conv);
   }
 
-  static Outputs plain(const Tensor& input, const Tensor& weight, double eps, bool ue8m0, std::string conv) {
+  static Outputs plain(const Tensor& input, const Tensor& weight, double eps, bool ue8m0, OptString conv) {
     return functional(kPlainOp, input, nullptr, weight, eps, ue8m0, conv);
   }
 
  private:
   static Outputs functional(const char* op, const Tensor& input, const Tensor* residual, const Tensor& weight,
-                            double eps, bool ue8m0, const std::string& conv) {
+                            double eps, bool ue8m0, const OptString& conv) {
     auto [args, outs] = prepare_functional(op, input, residual, weight, eps, ue8m0, conv);
     Run(args, input);
     return std::move(outs);
