@@ -48,10 +48,11 @@ with scale_ue8m0 rounded up to a power of two); normed_out: [M, H] of input's dt
 The default overload returns (out, block_scale, normed_out), block_scale with strides
 (1, round_up(M, 4)). The .out overload writes its keyword arguments instead: any non-overlapping
 block_scale strides, an int32 [M, ceil(H/512)] block_scale of packed UE8M0 exponents with
-scale_ue8m0, normed_out=None to skip the normed values. norm_convention: None (``"torch"``), ``"hf"``,
-``"vllm"`` or ``"flashinfer"``, where the norm rounds (README, "Norm conventions"). Contract and layouts: the README;
-the executable specification: torch_fp8norm.reference. torch_fp8norm.fused_add_rmsnorm_fp8_block_quant
-is the documented Python function over both overloads."""
+scale_ue8m0, normed_out=None to skip the normed values. norm_convention: None (``"torch"``),
+``"hf"``, ``"vllm"`` or ``"flashinfer"``, where the norm rounds (README, "Norm conventions").
+Contract and layouts: the README; the executable specification: torch_fp8norm.reference.
+torch_fp8norm.fused_add_rmsnorm_fp8_block_quant is the documented Python function over both
+overloads."""
 
 _PLAIN_DOC = """``normed = rmsnorm(input) * weight``, ``(out, block_scale) = fp8_quant_1x128(normed)``,
 in one memory pass (a model's first layer: no residual). Arguments, outputs and overloads as for
