@@ -51,6 +51,23 @@ def forced_kernel(name: str):
         torch.ops.fp8norm._force_kernel("")
 
 
+class LlamaRMSNorm(torch.nn.Module):
+    """Hugging Face transformers' LlamaRMSNorm, as written there (the model code the "hf"
+    convention matches)."""
+
+    def __init__(self, hidden_size, eps=1e-6):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+
 def poison_(t: torch.Tensor) -> torch.Tensor:
     """Fill with NaN (0x7F for float8), a value no finite input produces."""
     if t.dtype == torch.float8_e4m3fn:

@@ -6,25 +6,11 @@ import pytest
 import torch
 from torch import nn
 
-from fp8norm_testing import DEVICES, Case, check_contract, make_inputs, ulp_distance
+from fp8norm_testing import DEVICES, Case, LlamaRMSNorm, check_contract, make_inputs, ulp_distance
 from torch_fp8norm import FusedAddRMSNormFP8
 
 H = 256
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
-
-
-class LlamaRMSNorm(nn.Module):  # Hugging Face transformers' LlamaRMSNorm, as written there
-    def __init__(self, hidden_size, eps=1e-6):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden_size))
-        self.variance_epsilon = eps
-
-    def forward(self, hidden_states):
-        input_dtype = hidden_states.dtype
-        hidden_states = hidden_states.to(torch.float32)
-        variance = hidden_states.pow(2).mean(-1, keepdim=True)
-        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
-        return self.weight * hidden_states.to(input_dtype)
 
 
 class VllmRMSNorm(nn.Module):  # vLLM's RMSNorm.forward_native, as written there (no variance override)

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from torch._inductor.utils import run_and_get_code
 
 import torch_fp8norm
-from fp8norm_testing import DEVICES, Case, assert_bitwise, assert_fp8_equal, check_contract, make_inputs
+from fp8norm_testing import (DEVICES, Case, LlamaRMSNorm, assert_bitwise, assert_fp8_equal, check_contract,
+                             make_inputs)
 from torch_fp8norm import fusion, reference
 
 H = 384
@@ -133,20 +134,6 @@ def test_two_rounding_forms_keep_their_convention(device, convention, normed_use
     assert_bitwise(got[1], want[1], "block_scale")
     check_contract(x, r0, w, 1e-5, False, got[2], want[0], want[1], got[3] / 2 if normed_used else want[2],
                    norm_convention=convention)
-
-
-class LlamaRMSNorm(torch.nn.Module):  # transformers' LlamaRMSNorm, as written there
-    def __init__(self, hidden_size, eps=1e-6):
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.ones(hidden_size))
-        self.variance_epsilon = eps
-
-    def forward(self, hidden_states):
-        input_dtype = hidden_states.dtype
-        hidden_states = hidden_states.to(torch.float32)
-        variance = hidden_states.pow(2).mean(-1, keepdim=True)
-        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
-        return self.weight * hidden_states.to(input_dtype)
 
 
 class Fp8Mlp(torch.nn.Module):  # an MLP whose input is quantized 1x128 (its GEMM: dequantized, float32)

@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 import torch_fp8norm
-from fp8norm_testing import DEVICES, Case, assert_bitwise, assert_fp8_equal, check_contract, make_inputs
+from fp8norm_testing import (DEVICES, Case, LlamaRMSNorm, assert_bitwise, assert_fp8_equal, check_contract,
+                             make_inputs)
 from torch_fp8norm import BlockQuantized, FusedAddRMSNormFP8, block_scale_strides
 
 H = 384
@@ -254,18 +255,12 @@ def test_documented():
     assert "ForwardRef" not in text and "out: torch.Tensor" in text
 
 
-class _HFStyleRMSNorm(nn.Module):  # Hugging Face's LlamaRMSNorm
-    def __init__(self, h, eps):
-        super().__init__()
-        self.weight = nn.Parameter(torch.randn(h) * 0.5 + 1)
-        self.variance_epsilon = eps
-
-    def forward(self, hidden_states):
-        input_dtype = hidden_states.dtype
-        hidden_states = hidden_states.to(torch.float32)
-        variance = hidden_states.pow(2).mean(-1, keepdim=True)
-        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
-        return self.weight * hidden_states.to(input_dtype)
+def _hf_norm(h, eps):
+    """Hugging Face's LlamaRMSNorm with a random weight."""
+    norm = LlamaRMSNorm(h, eps)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(h) * 0.5 + 1)
+    return norm
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -273,16 +268,17 @@ def test_module_matches_the_ops(device):
     torch_norm = nn.RMSNorm(H, eps=1e-5, device=device)
     with torch.no_grad():
         torch_norm.weight.copy_(torch.randn(H) * 0.5 + 1)
-    for norm, eps in ((torch_norm, 1e-5), (_HFStyleRMSNorm(H, 1e-6).to(device), 1e-6)):
+    for norm, eps in ((torch_norm, 1e-5), (_hf_norm(H, 1e-6).to(device), 1e-6)):
         mod = FusedAddRMSNormFP8.from_rmsnorm(norm, scale_layout="scaled_mm", scale_format="ue8m0")
         assert mod.weight.data_ptr() == norm.weight.data_ptr() and not mod.weight.requires_grad
         x, r, w = make_inputs(Case(device, torch.bfloat16, 5, H))
         r0 = r.clone()
         got = mod(x, r)  # grad mode on: the weight does not require grad, so the call runs
-        check_contract(x, r0, norm.weight.detach(), eps, True, r, *got)
+        conv = mod.norm_convention  # "torch", then "hf"
+        check_contract(x, r0, norm.weight.detach(), eps, True, r, *got, norm_convention=conv)
         assert got.block_scale.stride() == block_scale_strides(5, H, "scaled_mm")
         got = mod(x)
-        check_contract(x, None, norm.weight.detach(), eps, True, None, *got)
+        check_contract(x, None, norm.weight.detach(), eps, True, None, *got, norm_convention=conv)
 
 
 def test_module_options_and_errors():
@@ -302,7 +298,7 @@ def test_module_options_and_errors():
                  nn.GroupNorm(1, 256), nn.BatchNorm1d(256), nn.InstanceNorm1d(256, affine=True)):
         with pytest.raises(ValueError, match="subtracts the mean"):
             FusedAddRMSNormFP8.from_rmsnorm(norm)
-    biased = _HFStyleRMSNorm(256, 1e-6)
+    biased = _hf_norm(256, 1e-6)
     biased.bias = nn.Parameter(torch.zeros(256))
     with pytest.raises(ValueError, match="has a bias"):
         FusedAddRMSNormFP8.from_rmsnorm(biased)
