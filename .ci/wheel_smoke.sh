@@ -9,6 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT  # several GB of venvs: never left behind, pass or fail
 echo "building the sdist, then the default wheel from it (all GPU architectures when CUDA is built)"
 (unset TORCH_CUDA_ARCH_LIST; time python -m build --no-isolation --outdir "$work/dist" > "$work/build.log" 2>&1) \
   || { tail -40 "$work/build.log"; exit 1; }
@@ -103,6 +104,7 @@ python3 -m venv "$work/venv"
 torch_version=$(python -c "import torch; print(torch.__version__.split('+')[0])")
 "$work/venv/bin/python" -m pip install -q "torch==$torch_version" numpy "$wheel"
 smoke "$work/venv/bin/python"
+rm -rf "$work/venv"  # one CUDA torch on disk at a time
 
 # Beside torch 2.13.0's CPU build (on this machine's disk) and beside PyPI's default torch 2.10.0, a
 # CUDA 12.8 build: no CUDA library loaded (the ops refuse CUDA tensors), and the whole test suite
@@ -117,4 +119,3 @@ for torch_version in 2.13.0 2.10.0; do
   (cd "$work/suite" && time "$venv/bin/python" -m pytest -q -p no:cacheprovider tests)
   rm -rf "$venv"
 done
-rm -rf "$work"
