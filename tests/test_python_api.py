@@ -245,6 +245,42 @@ def test_version_bump_private_name_pinned():
     assert t._version == v + 1
 
 
+def test_direct_op_callables_pinned():
+    # In eager code ops.py calls an overload's C++ callable, OpOverload._op (what OpOverload.__call__
+    # runs), less __call__'s Python frame: the private name is there, and modes still see the op.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from torch_fp8norm import ops
+    for overloads in (ops._FUSED_OPS, ops._PLAIN_OPS):
+        for overload, direct in zip(overloads[:2], overloads[2:]):
+            assert direct is overload._op and direct is not overload
+    seen = []
+
+    class Function(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(("function", func))
+            return func(*args, **(kwargs or {}))
+
+    class Dispatch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(("dispatch", func))
+            return func(*args, **(kwargs or {}))
+
+    x, r, w = torch.randn(2, H, dtype=torch.bfloat16), torch.randn(2, H, dtype=torch.bfloat16), torch.ones(H)
+    ours = set(ops._FUSED_OPS[:2] + ops._PLAIN_OPS[:2])
+    with torch.no_grad(), Function(), Dispatch():
+        torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(x, r, w)
+        torch_fp8norm.rmsnorm_fp8_block_quant(x, w, scale_layout="row")
+    for kind in ("function", "dispatch"):
+        assert [f for k, f in seen if k == kind and f in ours] == [ops._FUSED, ops._PLAIN_OUT], kind
+    with torch.no_grad(), FakeTensorMode() as mode:
+        fx, fr, fw = (mode.from_tensor(t) for t in (x, r, w))
+        res = torch_fp8norm.fused_add_rmsnorm_fp8_block_quant(fx, fr, fw)
+        assert type(res.out).__name__ == "FakeTensor" and res.block_scale.shape == (2, H // 128)
+
+
 def test_documented():
     # The raw ops and each overload carry a docstring; the result type's fields show their types.
     import pydoc

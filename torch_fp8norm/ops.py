@@ -16,6 +16,7 @@ from typing import NamedTuple, Optional, Tuple
 
 import torch
 from torch.compiler import is_compiling as _is_compiling
+from torch.compiler import is_dynamo_compiling as _is_dynamo_compiling
 
 from ._fake import FUSED_OP, PLAIN_OP, _list
 from .reference import NORM_CONVENTIONS
@@ -23,11 +24,27 @@ from ._libraries import OPS
 
 Tensor = torch.Tensor
 
-# The overloads, resolved once (calling an overload packet resolves it on every call).
+
+def _direct(overload):
+    """What ``overload(...)`` runs, less OpOverload.__call__'s Python frame: its C++ callable
+    ``_op``, which goes through the dispatcher (modes, subclasses, fake tensors) just the same.
+    Not while Dynamo traces (_is_dynamo_compiling): it cannot trace it. The overload itself where torch
+    routes the call through Python instead (torch 2.14's PyObject dispatch, for ops defined in
+    Python) or the private attribute is gone (tests/test_python_api.py pins it)."""
+    op = getattr(overload, "_op", None)
+    return overload if op is None or getattr(overload, "_pyobj_dispatcher", None) is not None else op
+
+
+# The overloads, resolved once (calling an overload packet resolves it on every call), and their
+# direct callables for eager calls.
 _FUSED = torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.default
 _FUSED_OUT = torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant.out
 _PLAIN = torch.ops.fp8norm.rmsnorm_fp8_block_quant.default
 _PLAIN_OUT = torch.ops.fp8norm.rmsnorm_fp8_block_quant.out
+_FUSED_DIRECT = _direct(_FUSED)
+_PLAIN_DIRECT = _direct(_PLAIN)
+_FUSED_OPS = (_FUSED, _FUSED_OUT, _FUSED_DIRECT, _direct(_FUSED_OUT))
+_PLAIN_OPS = (_PLAIN, _PLAIN_OUT, _PLAIN_DIRECT, _direct(_PLAIN_OUT))
 
 # The raw ops' Autograd kernel: torch's fallthrough. They record no history and bump no version
 # counter, as an engine's kernels; cheaper than torch's default fallback, which would also hang
@@ -205,7 +222,7 @@ _inference_mode = torch.is_inference_mode_enabled
 # After writing residual, its version counter is bumped, as by torch's in-place ops: not while
 # torch.compile traces (the graph's own mutation does), nor for an inference tensor (it has none;
 # _inference_update_allowed refuses one outside inference mode before anything is written), by
-#   bump = not (_is_compiling() or (residual.is_inference() and _inference_update_allowed(op)))
+#   bump = not (residual.is_inference() and _inference_update_allowed(op))   in eager code.
 try:  # what torch.autograd.graph.increment_version calls, less its isinstance test (a tuple of tensors)
     from torch._C import _increment_version as _bump_versions
 except ImportError:  # pragma: no cover  (tests/test_python_api.py pins the private name)
@@ -231,10 +248,11 @@ def _float_eps(op: str, eps) -> float:
     return EPS_NONE if eps is None else float(eps)
 
 
-def _call(op: str, functional, out_op, input: Tensor, residual: Optional[Tensor], weight: Tensor, eps,
+def _call(op: str, overloads, input: Tensor, residual: Optional[Tensor], weight: Tensor, eps,
           scale_layout: str, scale_format: str, normed: bool, norm_convention: str) -> BlockQuantized:
     """Either op (residual None: rmsnorm_*) for (..., H) inputs and any options: the functional
-    overload where its outputs are what was asked for, else .out into outputs allocated here."""
+    overload where its outputs are what was asked for, else .out into outputs allocated here.
+    overloads: _FUSED_OPS or _PLAIN_OPS."""
     ue8m0 = _check_options(scale_layout, scale_format, normed, norm_convention, op)
     if eps is None:
         eps = EPS_NONE
@@ -243,6 +261,7 @@ def _call(op: str, functional, out_op, input: Tensor, residual: Optional[Tensor]
     if residual is not None and residual.shape != input.shape:  # the ops see only the [M, H] views
         raise RuntimeError(f"{op}: residual must have the shape of input {_list(input.shape)}, "
                            f"got {_list(residual.shape)}")
+    functional, out_op = overloads[:2] if _is_dynamo_compiling() else overloads[2:]
     bump = residual is not None and not (
         _is_compiling() or (residual.is_inference() and _inference_update_allowed(op)))
     lead, x = input.shape[:-1], _rows(op, input, "input", False)
@@ -310,12 +329,14 @@ def fused_add_rmsnorm_fp8_block_quant(
             # The functional op as is: the common call's host cost, kept to the checks it needs.
             if _is_grad_enabled() and (input.requires_grad or residual.requires_grad or weight.requires_grad):
                 _refuse_grad(FUSED_OP, input, residual, weight)
-            bump = not (_is_compiling() or (residual.is_inference() and _inference_update_allowed(FUSED_OP)))
-            result = _FUSED(input, residual, weight, eps, False)
+            if _is_compiling():  # the graph holds the op and its mutation
+                return _as_result(BlockQuantized, _FUSED(input, residual, weight, eps, False))
+            bump = not (residual.is_inference() and _inference_update_allowed(FUSED_OP))
+            result = _FUSED_DIRECT(input, residual, weight, eps, False)
             if bump:
                 _bump_versions((residual,))
             return _as_result(BlockQuantized, result)
-        return _call(FUSED_OP, _FUSED, _FUSED_OUT, input, residual, weight, eps, scale_layout, scale_format, normed,
+        return _call(FUSED_OP, _FUSED_OPS, input, residual, weight, eps, scale_layout, scale_format, normed,
                      norm_convention)
     except Exception:
         _check_types(FUSED_OP, input, residual, weight, eps, True)  # a TypeError where one is due
@@ -340,8 +361,9 @@ def rmsnorm_fp8_block_quant(
                 and eps is not None and norm_convention == "torch"):
             if _is_grad_enabled() and (input.requires_grad or weight.requires_grad):
                 _refuse_grad(PLAIN_OP, input, None, weight)
-            return _as_result(BlockQuantized, _PLAIN(input, weight, eps, False))  # the functional op as is
-        return _call(PLAIN_OP, _PLAIN, _PLAIN_OUT, input, None, weight, eps, scale_layout, scale_format, normed,
+            plain = _PLAIN if _is_dynamo_compiling() else _PLAIN_DIRECT
+            return _as_result(BlockQuantized, plain(input, weight, eps, False))  # the functional op as is
+        return _call(PLAIN_OP, _PLAIN_OPS, input, None, weight, eps, scale_layout, scale_format, normed,
                      norm_convention)
     except Exception:
         _check_types(PLAIN_OP, input, None, weight, eps, False)
