@@ -180,4 +180,77 @@ C10_HOST_DEVICE inline float finite_scale_or_zero(float scale) {
 #endif
 }
 
+// ---- The block formats beside FP8 1x128 (reference.py: e2m1_codes, e8m0_rceil, e8m0_floor,
+// quantize_mx, quantize_nvfp4). Checked against exact arithmetic over every float32 input where
+// exhaustive is feasible (tests/offline/check_block_formats.cpp).
+
+constexpr float kE2m1Max = 6.0f;                 // largest e2m1 magnitude
+constexpr int kE4m3Emax = 8, kE2m1Emax = 2;      // exponents of the elements' largest powers of two
+
+// e2m1_codes: the e2m1 code (0..15) of x, rounded to nearest even and saturating (inf -> +-6), a
+// zero keeping x's sign; NaN gives 0x7. |x| against the seven points where the code steps up: ">"
+// keeps a tie on the even code below it, ">=" moves it to the even code above. Branch-free.
+C10_HOST_DEVICE inline uint32_t e2m1_code(float x) {
+  const uint32_t bits = float_bits(x);
+  const float m = bits_float(bits & 0x7FFFFFFFu);
+  const uint32_t code = static_cast<uint32_t>(m > 0.25f) + static_cast<uint32_t>(m >= 0.75f) +
+                        static_cast<uint32_t>(m > 1.25f) + static_cast<uint32_t>(m >= 1.75f) +
+                        static_cast<uint32_t>(m > 2.5f) + static_cast<uint32_t>(m >= 3.5f) +
+                        static_cast<uint32_t>(m > 5.0f);
+  return (bits & 0x7FFFFFFFu) > 0x7F800000u ? 7u : code | ((bits >> 28) & 8u);
+}
+
+// e8m0_rceil: the UE8M0 byte of the smallest power of two >= d (d >= 0 or NaN), from the bits, as
+// cvt.rp.satfinite.ue8m0x2.f32: <= 2^-127 (zero too) gives 0, > 2^127 and +inf 254, NaN 255.
+C10_HOST_DEVICE inline uint32_t e8m0_rceil(float d) {
+  const uint32_t b = float_bits(d) & 0x7FFFFFFFu;
+  const uint32_t e = b >> 23, m = b & 0x7FFFFFu;
+  if (e == 0) return m > (1u << 22) ? 1u : 0u;  // subnormal: (2^-127, 2^-126) rounds up to 2^-126
+  if (e == 0xFFu) return m != 0 ? 255u : 254u;
+  const uint32_t up = e + (m != 0 ? 1u : 0u);
+  return up > 254u ? 254u : up;
+}
+
+// e8m0_floor: the OCP MX v1.0 byte clamp(E - 127 - emax, -127, 128) + 127 from the biased exponent
+// field E of amax (abs_bits), 255 for NaN.
+C10_HOST_DEVICE inline uint32_t e8m0_floor(uint32_t amax_bits, int emax) {
+  if (amax_bits > 0x7F800000u) return 255u;
+  const int e = static_cast<int>(amax_bits >> 23) - 127 - emax;
+  return static_cast<uint32_t>((e < -127 ? -127 : e > 128 ? 128 : e) + 127);
+}
+
+// The power of two an MX block's values are multiplied by before the element conversion:
+// 2^(127 - byte). "rceil": 1 for byte 0, NaN for 255 (TransformerEngine). "floor" (the reference
+// divides by max(2^(byte - 127), 2^-126)): 2^126 for byte 0, 0 for 255 (a division by inf). A
+// product by a power of two and the division by its reciprocal are the same exact value, rounded
+// the same way, so multiplying gives the reference's bits (signed zeros and NaN included).
+C10_HOST_DEVICE inline float mx_multiplier(uint32_t byte, bool floor) {
+  if (byte == 0) return floor ? bits_float(253u << 23) : 1.0f;
+  if (byte == 255) return floor ? 0.0f : bits_float(0x7FC00000u);
+  return byte == 254 ? bits_float(0x00400000u) : bits_float((254u - byte) << 23);  // 2^-127 is subnormal
+}
+
+// NVFP4, all float32 and correctly rounded (FlashInfer's quantizer without fast math): the block
+// scale before its e4m3 conversion, sf = vmax * (gs * fp32(1/6)) (0 for vmax 0), and, from the
+// stored scale's value b, the multiplier os = fmin(1 / (b * (1 / gs)), FLT_MAX) (0 for vmax 0;
+// fmin takes FLT_MAX where the quotient is NaN).
+C10_HOST_DEVICE inline float nvfp4_scale(float vmax, float gs) {
+  constexpr float kSixth = 1.0f / 6.0f;
+#ifdef __CUDA_ARCH__
+  return vmax == 0.0f ? 0.0f : __fmul_rn(vmax, __fmul_rn(gs, kSixth));
+#else
+  return vmax == 0.0f ? 0.0f : vmax * (gs * kSixth);
+#endif
+}
+
+C10_HOST_DEVICE inline float nvfp4_multiplier(float vmax, float b, float gs) {
+  constexpr float kFltMax = 3.40282346638528859812e+38f;
+  if (vmax == 0.0f) return 0.0f;
+#ifdef __CUDA_ARCH__
+  return fminf(__fdiv_rn(1.0f, __fmul_rn(b, __fdiv_rn(1.0f, gs))), kFltMax);
+#else
+  return std::fmin(1.0f / (b * (1.0f / gs)), kFltMax);
+#endif
+}
+
 }  // namespace fp8norm
