@@ -105,7 +105,7 @@ def rmsnorm_fp8_block_quant(input, weight, eps=1e-6, scale_ue8m0=False, norm_con
 
 
 # ---------------------------------------------------------------------------------------------
-# The block formats beside FP8 1x128 (README, "Block formats"). Each quantizes normed (the op's own
+# The block formats beside FP8 1x128 (docs/design.md, "Block formats"). Each quantizes normed (the op's own
 # values, rounded to input's dtype) taken exactly as float32; every step below is one float32
 # operation, correctly rounded, so the kernels can reproduce it bit for bit.
 
@@ -173,12 +173,14 @@ def e8m0_floor(amax: torch.Tensor, emax: int) -> torch.Tensor:
     return torch.where(torch.isnan(amax), 255, byte).to(torch.uint8)
 
 
+def e4m3_satfinite(x: torch.Tensor) -> torch.Tensor:
+    """float32 -> float8_e4m3fn, round to nearest even, saturating to +-448 (NaN kept)."""
+    return x.clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+
+
 def _elements(x: torch.Tensor, elem: str) -> torch.Tensor:
-    """Scaled float32 values -> element codes: clamped to +-max, rounded to nearest even
-    (float8_e4m3fn, NaN kept; or e2m1 codes, unpacked)."""
-    if elem == "e4m3":
-        return x.clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
-    return e2m1_codes(x)
+    """Scaled float32 values -> element codes: float8_e4m3fn or (unpacked) e2m1 codes."""
+    return e4m3_satfinite(x) if elem == "e4m3" else e2m1_codes(x)
 
 
 def quantize_mx(normed: torch.Tensor, fmt: str = "mxfp8", scale_mode: str = "rceil"):
@@ -209,11 +211,6 @@ def quantize_mx(normed: torch.Tensor, fmt: str = "mxfp8", scale_mode: str = "rce
         q = _elements(g / scale[..., None], elem)
     q = q.view(M, H) if elem == "e4m3" else pack_e2m1(q.view(M, H))
     return q, byte.view(torch.float8_e8m0fnu)
-
-
-def e4m3_satfinite(x: torch.Tensor) -> torch.Tensor:
-    """float32 -> float8_e4m3fn, round to nearest even, saturating to +-448 (NaN kept)."""
-    return x.clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
 
 
 def quantize_nvfp4(normed: torch.Tensor, global_scale: torch.Tensor):
