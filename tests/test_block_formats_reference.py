@@ -203,3 +203,29 @@ def test_dequantized_swizzled_scales_give_back_normed(fmt):
     assert bool((v <= (R.FP8_MAX if fmt == "mxfp8" else R.E2M1_MAX) * 1.0625).all())
     # (1 + 2^-10: NVFP4 scales by 1 / (b / gs) rounded, so a value at a tie may round either way)
     assert bool(((y.view(m, -1, block) - x.view(m, -1, block)).abs() <= half * step * (1 + 2 ** -10)).all())
+
+
+def _same_bytes(a, b) -> bool:
+    return all(torch.equal(x.contiguous().view(torch.uint8), y.contiguous().view(torch.uint8)) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("fmt", R.FORMATS)
+@pytest.mark.parametrize("conv", R.NORM_CONVENTIONS)
+def test_fused_reference_composes_the_norm_and_the_format(fmt, conv):
+    # The whole op's specification: the FP8 1x128 path's norm (every convention), then the format.
+    h = 2816 if fmt == "fp8_1x128" else 2880                           # fp8_1x128: H a multiple of 128
+    x, r = torch.randn(130, h, dtype=torch.bfloat16), torch.randn(130, h, dtype=torch.bfloat16)
+    w = torch.rand(h, dtype=torch.bfloat16) + 0.5
+    gs = torch.tensor(10.0) if fmt == "nvfp4" else None
+    r1, r2 = r.clone(), r.clone()
+    got = R.fused_add_rmsnorm_quant(x, r1, w, 1e-6, fmt, global_scale=gs, norm_convention=conv)
+    if fmt == "fp8_1x128":
+        assert _same_bytes(got, R.fused_add_rmsnorm_fp8_block_quant(x, r2, w, 1e-6, norm_convention=conv))
+        return
+    s, v = R.residual_sum(x, r2, conv)
+    normed = R.rms_normalize(v, w, 1e-6, x.dtype, conv)
+    row_out, row_scale = R.quantize(normed, fmt, "row", global_scale=gs)
+    assert _same_bytes(got, (row_out, R.swizzle_128x4(row_scale), normed)) and torch.equal(r1, s)
+    assert got[1].shape == (256, -(-h // R.FORMAT_BLOCK[fmt] // 4) * 4)
+    if R.norms_rounded_sum(conv):  # the norm of the rounded sum: rmsnorm_quant of that sum is the same
+        assert _same_bytes(R.rmsnorm_quant(s, w, 1e-6, fmt, global_scale=gs, norm_convention=conv), got)

@@ -271,3 +271,36 @@ def dequantize(out: torch.Tensor, scale: torch.Tensor, fmt: str, global_scale=No
         s = s / global_scale.float().reshape(())
     block = FORMAT_BLOCK[fmt]
     return (v.view(M, H // block, block) * s[..., None]).view(M, H)
+
+
+def quantize(normed: torch.Tensor, format: str = "fp8_1x128", scale_layout: str = None, scale_mode: str = None,
+             global_scale=None, scale_ue8m0: bool = False):
+    """(out, block_scale) of [M, H] normed in any format. fp8_1x128: quantize_fp8_block (block_scale
+    float32 [M, H/128], row-major; the ops' layouts are strides of it). The others: scale_layout
+    "swizzled" (the default: swizzle_128x4) or "row"; MX scale_mode "rceil" (default) or "floor";
+    NVFP4 needs global_scale."""
+    if format == "fp8_1x128":
+        return quantize_fp8_block(normed, scale_ue8m0)
+    if format == "nvfp4":
+        out, scale = quantize_nvfp4(normed, global_scale)
+    else:
+        out, scale = quantize_mx(normed, format, scale_mode or "rceil")
+    return out, (scale if scale_layout == "row" else swizzle_128x4(scale))
+
+
+def fused_add_rmsnorm_quant(input, residual, weight, eps=1e-6, format="fp8_1x128", scale_layout=None,
+                            scale_mode=None, global_scale=None, norm_convention="torch"):
+    """residual += input (in place, rounded to input's dtype); normed = rmsnorm(residual) * weight
+    (by norm_convention); (out, block_scale) = quantize(normed, format, ...). Returns
+    (out, block_scale, normed)."""
+    s, x = residual_sum(input, residual, norm_convention)
+    residual.copy_(s)
+    normed = rms_normalize(x, weight, eps, input.dtype, norm_convention)
+    return (*quantize(normed, format, scale_layout, scale_mode, global_scale), normed)
+
+
+def rmsnorm_quant(input, weight, eps=1e-6, format="fp8_1x128", scale_layout=None, scale_mode=None,
+                  global_scale=None, norm_convention="torch"):
+    """fused_add_rmsnorm_quant without a residual: normed = rmsnorm(input) * weight."""
+    normed = rms_normalize(input, weight, eps, input.dtype, norm_convention)
+    return (*quantize(normed, format, scale_layout, scale_mode, global_scale), normed)
