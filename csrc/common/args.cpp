@@ -47,6 +47,8 @@ const char* dtype_str(ScalarType t) {
     case ScalarType::BFloat16: return "bfloat16";
     case ScalarType::Float8_e5m2: return "float8_e5m2";
     case ScalarType::Float8_e4m3fn: return "float8_e4m3fn";
+    case ScalarType::Float8_e8m0fnu: return "float8_e8m0fnu";
+    case ScalarType::Float4_e2m1fn_x2: return "float4_e2m1fn_x2";
     default: return torch::headeronly::toString(t);
   }
 }
@@ -55,8 +57,17 @@ namespace {
 
 // What the checks and the kernels' arguments read of a tensor, read once: each read is a call
 // into libtorch's C shim, and an op reads up to six tensors on every call.
+// The dtype from the C shim's code, which is c10::ScalarType's value: Tensor::scalar_type() of the
+// stable headers for torch 2.10 raises an unhelpful "Not yet supported ScalarType" for the dtypes
+// they do not name (float8_e8m0fnu, float4_e2m1fn_x2), where the checks should name the argument.
+ScalarType dtype_of(const Tensor& t) {
+  int32_t code = 0;
+  FP8NORM_SHIM_CHECK(aoti_torch_get_dtype(t.get(), &code));
+  return static_cast<ScalarType>(code);
+}
+
 struct Info {
-  explicit Info(const Tensor& t) : dtype(t.scalar_type()), device(t.device()), data(t.data_ptr()) {
+  explicit Info(const Tensor& t) : dtype(dtype_of(t)), device(t.device()), data(t.data_ptr()) {
     int64_t* s = nullptr;
     int64_t* st = nullptr;
     FP8NORM_SHIM_CHECK(aoti_torch_get_dim(t.get(), &dim));
