@@ -55,8 +55,6 @@ const char* dtype_str(ScalarType t) {
 
 namespace {
 
-// What the checks and the kernels' arguments read of a tensor, read once: each read is a call
-// into libtorch's C shim, and an op reads up to six tensors on every call.
 // The dtype from the C shim's code, which is c10::ScalarType's value: Tensor::scalar_type() of the
 // stable headers for torch 2.10 raises an unhelpful "Not yet supported ScalarType" for the dtypes
 // they do not name (float8_e8m0fnu, float4_e2m1fn_x2), where the checks should name the argument.
@@ -66,6 +64,8 @@ ScalarType dtype_of(const Tensor& t) {
   return static_cast<ScalarType>(code);
 }
 
+// What the checks and the kernels' arguments read of a tensor, read once: each read is a call
+// into libtorch's C shim, and an op reads up to six tensors on every call.
 struct Info {
   explicit Info(const Tensor& t) : dtype(dtype_of(t)), device(t.device()), data(t.data_ptr()) {
     int64_t* s = nullptr;
