@@ -184,7 +184,6 @@ C10_HOST_DEVICE inline float finite_scale_or_zero(float scale) {
 // quantize_mx, quantize_nvfp4). Checked against exact arithmetic over every float32 input where
 // exhaustive is feasible (tests/offline/check_block_formats.cpp).
 
-constexpr float kE2m1Max = 6.0f;                 // largest e2m1 magnitude
 constexpr int kE4m3Emax = 8, kE2m1Emax = 2;      // exponents of the elements' largest powers of two
 
 // e2m1_codes: the e2m1 code (0..15) of x, rounded to nearest even and saturating (inf -> +-6), a
