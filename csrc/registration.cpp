@@ -63,6 +63,24 @@ STABLE_TORCH_LIBRARY(fp8norm, m) {
       "rmsnorm_fp8_block_quant.out(Tensor input, Tensor weight, float eps=1e-06, "
       "bool scale_ue8m0=False, str? norm_convention=None, *, Tensor(b!) out, Tensor(c!) block_scale, "
       "Tensor(d!)? normed_out=None) -> ()");
+  // Every block format (README, "Block formats"); the options' None: the format's default.
+  m.def(
+      "fused_add_rmsnorm_quant(Tensor input, Tensor(a!) residual, Tensor weight, float eps=1e-06, "
+      "str format=\"fp8_1x128\", str? scale_layout=None, str? scale_format=None, str? scale_mode=None, "
+      "Tensor? global_scale=None, str? norm_convention=None) -> (Tensor, Tensor, Tensor)");
+  m.def(
+      "fused_add_rmsnorm_quant.out(Tensor input, Tensor(a!) residual, Tensor weight, float eps=1e-06, "
+      "str format=\"fp8_1x128\", str? scale_layout=None, str? scale_format=None, str? scale_mode=None, "
+      "Tensor? global_scale=None, str? norm_convention=None, *, Tensor(b!) out, Tensor(c!) block_scale, "
+      "Tensor(d!)? normed_out=None) -> ()");
+  m.def(
+      "rmsnorm_quant(Tensor input, Tensor weight, float eps=1e-06, str format=\"fp8_1x128\", "
+      "str? scale_layout=None, str? scale_format=None, str? scale_mode=None, Tensor? global_scale=None, "
+      "str? norm_convention=None) -> (Tensor, Tensor, Tensor)");
+  m.def(
+      "rmsnorm_quant.out(Tensor input, Tensor weight, float eps=1e-06, str format=\"fp8_1x128\", "
+      "str? scale_layout=None, str? scale_format=None, str? scale_mode=None, Tensor? global_scale=None, "
+      "str? norm_convention=None, *, Tensor(b!) out, Tensor(c!) block_scale, Tensor(d!)? normed_out=None) -> ()");
   // Private, for the tests: the launch policy (the CUDA library adds _force_kernel and
   // _kernel_image_arch).
   m.def(

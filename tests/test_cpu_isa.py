@@ -67,7 +67,7 @@ def lacking(isa):
 
 @pytest.fixture(scope="module")
 def contract_runs():
-    """The CPU contract tests under every instruction set this CPU has, in one interpreter per
+    """The CPU contract tests (every block format's too) under every instruction set this CPU has, in one interpreter per
     instruction set, all started at once, the cores shared between them (each interpreter's
     thread pool sized to its share: pools that together spin on more threads than there are cores
     run several times slower): isa -> (exit status, output)."""
@@ -75,7 +75,8 @@ def contract_runs():
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     threads = str(max(1, cores // len(isas)))
     procs = {isa: subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                    "tests/test_contract.py", "-k", "cpu"], text=True,
+                                    "tests/test_contract.py", "tests/test_block_formats.py::test_contract",
+                                    "tests/test_block_formats.py::test_special_values", "-k", "cpu"], text=True,
                                    env={**isa_env(isa), "OMP_NUM_THREADS": threads},
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=os.path.dirname(HERE))
              for isa in isas}

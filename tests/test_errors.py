@@ -194,3 +194,143 @@ def test_interleaved_views_of_one_buffer_are_accepted(device):
 def test_empty_rows(device):
     check_case(Case(device, BF, 0, 1152))
     check_case(Case(device, BF, 0, 1152, functional=True, fused=False))
+
+
+# ---- The block-format ops (fp8norm.fused_add_rmsnorm_quant, fp8norm.rmsnorm_quant): their options and
+# outputs. Valid call: MXFP4 with swizzled scales (or NVFP4 where the case names it), M = 4, H = 2880.
+QH = 2880
+
+
+def _qvalid(device, fmt="mxfp4", layout=None):
+    x = _buf(device, M, QH)
+    ks = QH // (16 if fmt == "nvfp4" else 32)
+    shape = ((M + 127) // 128 * 128, (ks + 3) // 4 * 4) if layout != "row" else (M, ks)
+    sdt = torch.float8_e4m3fn if fmt == "nvfp4" else torch.float8_e8m0fnu
+    return dict(input=x, residual=_buf(device, M, QH), weight=_buf(device, QH), eps=1e-6, format=fmt,
+                scale_layout=layout, scale_format=None, scale_mode=None,
+                global_scale=torch.ones(1, device=device) if fmt == "nvfp4" else None, norm_convention=None,
+                out=torch.zeros(M, QH // 2, dtype=torch.uint8, device=device).view(torch.float4_e2m1fn_x2),
+                block_scale=torch.zeros(*shape, dtype=torch.uint8, device=device).view(sdt),
+                normed_out=_buf(device, M, QH))
+
+
+def _u8(d, *shape, dtype):
+    return torch.zeros(*shape, dtype=torch.uint8, device=d).view(dtype)
+
+
+E8, E2, E4 = torch.float8_e8m0fnu, torch.float4_e2m1fn_x2, torch.float8_e4m3fn
+QBAD = [
+    ("unknown format", lambda a, d: {**a, "format": "mxfp6"},
+     "format must be one of 'fp8_1x128', 'mxfp8', 'mxfp4', 'nvfp4', got 'mxfp6'"),
+    ("fp8 layout for mx", lambda a, d: {**a, "scale_layout": "deepgemm"},
+     "scale_layout must be one of 'swizzled', 'row' for format 'mxfp4', got 'deepgemm'"),
+    ("mx layout for fp8", lambda a, d: {**a, "format": "fp8_1x128", "scale_layout": "swizzled"},
+     "scale_layout must be one of 'deepgemm', 'scaled_mm', 'row' for format 'fp8_1x128', got 'swizzled'"),
+    ("scale_format for mx", lambda a, d: {**a, "scale_format": "ue8m0"},
+     "scale_format applies to format 'fp8_1x128' only .format 'mxfp4' has its own scale dtype., got 'ue8m0'"),
+    ("unknown scale_format", lambda a, d: {**a, "format": "fp8_1x128", "scale_format": "e8m0"},
+     "scale_format must be one of 'fp32', 'ue8m0', 'ue8m0_packed', got 'e8m0'"),
+    ("scale_mode for nvfp4", lambda a, d: {**_qvalid(d, "nvfp4"), "scale_mode": "floor"},
+     "scale_mode applies to the MX formats only .'mxfp8', 'mxfp4'., got 'floor' with format 'nvfp4'"),
+    ("unknown scale_mode", lambda a, d: {**a, "scale_mode": "ceil"}, "scale_mode must be one of 'rceil', 'floor', got 'ceil'"),
+    ("nvfp4 without global_scale", lambda a, d: {**_qvalid(d, "nvfp4"), "global_scale": None},
+     "format 'nvfp4' needs global_scale"),
+    ("global_scale for mx", lambda a, d: {**a, "global_scale": torch.ones(1, device=d)},
+     "global_scale applies to format 'nvfp4' only, got one with format 'mxfp4'"),
+    ("global_scale dtype", lambda a, d: {**_qvalid(d, "nvfp4"), "global_scale": torch.ones(1, device=d, dtype=BF)},
+     "global_scale must have dtype float32, got bfloat16"),
+    ("global_scale two elements", lambda a, d: {**_qvalid(d, "nvfp4"), "global_scale": torch.ones(2, device=d)},
+     r"global_scale must have one element .the per-tensor NVFP4 encode scale., got shape \[2\]"),
+    ("H not a multiple of 32", lambda a, d: {**a, "input": a["input"][:, :80], "residual": a["residual"][:, :80],
+                                             "weight": a["weight"][:80]},
+     r"H \(input.size\(1\)\) must be a positive multiple of 32 \(format 'mxfp4'\), got 80"),
+    ("H not a multiple of 16", lambda a, d: (lambda v: {**v, "input": v["input"][:, :40], "residual": v["residual"][:, :40],
+                                                         "weight": v["weight"][:40]})(_qvalid(d, "nvfp4")),
+     r"must be a positive multiple of 16 \(format 'nvfp4'\), got 40"),
+    ("fp4 out dtype", lambda a, d: {**a, "out": _u8(d, M, QH // 2, dtype=E4)},
+     "out must have dtype float4_e2m1fn_x2, got float8_e4m3fn"),
+    ("fp4 out shape", lambda a, d: {**a, "out": _u8(d, M, QH, dtype=E2)},
+     r"out must have shape \[M, H/2\] = \[4, 1440\], got \[4, 2880\]"),
+    ("mxfp8 out dtype", lambda a, d: {**a, "format": "mxfp8", "block_scale": a["block_scale"]},
+     "out must have dtype float8_e4m3fn, got float4_e2m1fn_x2"),
+    ("mx block_scale dtype", lambda a, d: {**a, "block_scale": _u8(d, 128, 92, dtype=E4)},
+     r"block_scale must have dtype float8_e8m0fnu \(format 'mxfp4'\), got float8_e4m3fn"),
+    ("nvfp4 block_scale dtype", lambda a, d: {**_qvalid(d, "nvfp4"), "block_scale": _u8(d, 128, 180, dtype=E8)},
+     r"block_scale must have dtype float8_e4m3fn \(format 'nvfp4'\), got float8_e8m0fnu"),
+    ("swizzled block_scale shape", lambda a, d: {**a, "block_scale": _u8(d, M, 90, dtype=E8)},
+     r"block_scale must have shape \[round_up\(M, 128\), round_up\(H/32, 4\)\] = \[128, 92\] \(scale_layout 'swizzled'\), "
+     r"got \[4, 90\]"),
+    ("swizzled block_scale strided", lambda a, d: {**a, "block_scale": _u8(d, 128, 184, dtype=E8)[:, ::2]},
+     r"block_scale must be contiguous \(scale_layout 'swizzled'\), got strides \[184, 2\]"),
+    ("row block_scale shape", lambda a, d: {**_qvalid(d, "mxfp4", "row"), "block_scale": _u8(d, 128, 92, dtype=E8)},
+     r"block_scale must have shape \[M, H/32\] \(scale_layout 'row'\) = \[4, 90\], got \[128, 92\]"),
+    ("row block_scale last dim strided", lambda a, d: {**_qvalid(d, "mxfp4", "row"), "block_scale": _u8(d, M, 180, dtype=E8)[:, ::2]},
+     "block_scale must have a contiguous last dimension"),
+    ("packed fp8 block_scale as float32", lambda a, d: {**a, "format": "fp8_1x128", "scale_format": "ue8m0_packed",
+                                                        "input": a["input"][:, :256], "residual": a["residual"][:, :256],
+                                                        "weight": a["weight"][:256], "normed_out": a["normed_out"][:, :256],
+                                                        "out": _u8(d, M, 256, dtype=E4),
+                                                        "block_scale": torch.zeros(M, 1, device=d)},
+     r"block_scale must have dtype int32 \(packed UE8M0 exponents\) with scale_format 'ue8m0_packed', got float32"),
+    ("fp32 fp8 block_scale as int32", lambda a, d: {**a, "format": "fp8_1x128", "scale_format": "fp32",
+                                                    "input": a["input"][:, :256], "residual": a["residual"][:, :256],
+                                                    "weight": a["weight"][:256], "normed_out": a["normed_out"][:, :256],
+                                                    "out": _u8(d, M, 256, dtype=E4),
+                                                    "block_scale": torch.zeros(M, 1, device=d, dtype=torch.int32)},
+     r"block_scale must have dtype float32 with scale_format 'fp32', got int32"),
+    ("global_scale inside out", lambda a, d: (lambda v: {**v, "global_scale": v["out"].view(torch.uint8)[0, :4].view(torch.float32)})(_qvalid(d, "nvfp4")),
+     "out overlaps global_scale"),
+]
+
+
+def _qcall(a, fused, functional=False):
+    opts = (a["eps"], a["format"], a["scale_layout"], a["scale_format"], a["scale_mode"], a["global_scale"],
+            a["norm_convention"])
+    op = torch.ops.fp8norm.fused_add_rmsnorm_quant if fused else torch.ops.fp8norm.rmsnorm_quant
+    ins = (a["input"], a["residual"], a["weight"]) if fused else (a["input"], a["weight"])
+    if functional:
+        return op(*ins, *opts)
+    op.out(*ins, *opts, out=a["out"], block_scale=a["block_scale"], normed_out=a["normed_out"])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name,make,pattern", QBAD, ids=[b[0] for b in QBAD])
+def test_block_format_bad_call_raises_and_writes_nothing(device, name, make, pattern):
+    if device == "cuda":
+        pytest.skip("the MX and NV formats have no CUDA kernel yet")
+    args = make(_qvalid(device), device)
+    for fused in (True, False):
+        before = _snapshot(args)
+        with pytest.raises(RuntimeError, match=pattern):
+            _qcall(args, fused)
+        for k, v in before.items():
+            assert torch.equal(int_view(args[k]), v), f"{k} was modified by a rejected call"
+
+
+@pytest.mark.parametrize("name,make,pattern", [b for b in QBAD if "overlaps" not in b[2]],
+                         ids=[b[0] for b in QBAD if "overlaps" not in b[2]])
+def test_block_format_fake_kernels_raise_the_same_errors(name, make, pattern):
+    a = {k: _as_meta(v) for k, v in make(_qvalid("cpu"), "cpu").items()}
+    outputs_ok = not any(k in name for k in ("out", "block_scale"))
+    for fused in (True, False):
+        with pytest.raises(RuntimeError, match=pattern):
+            _qcall(a, fused)
+        if outputs_ok:
+            with pytest.raises(RuntimeError, match=pattern):
+                _qcall(a, fused, functional=True)
+    for fmt in ("mxfp4", "nvfp4"):  # and accept the valid calls
+        _qcall({k: _as_meta(v) for k, v in _qvalid("cpu", fmt).items()}, True)
+
+
+@pytest.mark.parametrize("device", DEVICES + ["meta"])
+def test_block_format_none_for_a_tensor(device):
+    if device == "cuda":
+        pytest.skip("the MX and NV formats have no CUDA kernel yet")
+    a = _qvalid("cpu" if device == "meta" else device, "nvfp4")
+    if device == "meta":
+        a = {k: _as_meta(v) for k, v in a.items()}
+    for fused in (True, False):
+        op = "fused_add_rmsnorm_quant" if fused else "rmsnorm_quant"
+        for name in (["input", "residual", "weight"] if fused else ["input", "weight"]) + ["out", "block_scale"]:
+            with pytest.raises(RuntimeError, match=rf"^fp8norm.{op}: {name} must be a Tensor, got None$"):
+                _qcall({**a, name: None}, fused)

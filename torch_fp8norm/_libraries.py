@@ -14,7 +14,8 @@ import torch
 from . import _C  # noqa: F401  (registers torch.ops.fp8norm.* and the CPU kernels)
 
 OPS = ("fused_add_rmsnorm_fp8_block_quant", "fused_add_rmsnorm_fp8_block_quant.out",
-       "rmsnorm_fp8_block_quant", "rmsnorm_fp8_block_quant.out")
+       "rmsnorm_fp8_block_quant", "rmsnorm_fp8_block_quant.out",
+       "fused_add_rmsnorm_quant", "fused_add_rmsnorm_quant.out", "rmsnorm_quant", "rmsnorm_quant.out")
 _CUDA_MODULE: Optional[str] = None  # the CUDA library loaded, if any
 _REFUSALS: Optional[torch.library.Library] = None  # the CUDA kernels that refuse, where it is not
 

@@ -87,6 +87,17 @@ def _document(packet, doc: str) -> None:
 
 _document(torch.ops.fp8norm.fused_add_rmsnorm_fp8_block_quant, _FUSED_DOC)
 _document(torch.ops.fp8norm.rmsnorm_fp8_block_quant, _PLAIN_DOC)
+_QUANT_DOC = """As fp8norm.{what}, for every block format: ``format`` ``"fp8_1x128"`` (default), ``"mxfp8"``,
+``"mxfp4"`` or ``"nvfp4"``; ``scale_layout``, ``scale_format``, ``scale_mode`` None for the format's
+default; ``global_scale`` (nvfp4 only, required) a float32 tensor of one element on input's device.
+Outputs: out float8_e4m3fn [M, H] (fp8_1x128, mxfp8) or float4_e2m1fn_x2 [M, H/2]; block_scale as the
+format and layout say (README, "Block formats"); normed_out [M, H]. A raw op, as the fp8 ops: no
+autograd, RuntimeError for every value it refuses. torch_fp8norm.{function} is the documented Python
+function; torch_fp8norm.reference.quantize the executable specification."""
+_document(torch.ops.fp8norm.fused_add_rmsnorm_quant,
+          _QUANT_DOC.format(what="fused_add_rmsnorm_fp8_block_quant", function="fused_add_rmsnorm_quant"))
+_document(torch.ops.fp8norm.rmsnorm_quant,
+          _QUANT_DOC.format(what="rmsnorm_fp8_block_quant", function="rmsnorm_quant"))
 
 BLOCK = 128
 SCALE_LAYOUTS = ("deepgemm", "scaled_mm", "row")
@@ -368,3 +379,4 @@ def rmsnorm_fp8_block_quant(
     except Exception:
         _check_types(PLAIN_OP, input, None, weight, eps, False)
         raise
+

@@ -21,7 +21,8 @@ def fp8_comparing_allclose() -> Iterator[None]:
     orig = torch.allclose
 
     def allclose(a, b, *args, **kwargs):
-        fp8 = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz)
+        fp8 = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz,
+               torch.float8_e8m0fnu, torch.float4_e2m1fn_x2)
         if a.dtype in fp8 or b.dtype in fp8:
             return a.dtype == b.dtype and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
         return orig(a, b, *args, **kwargs)

@@ -115,25 +115,46 @@ std::string eps_str(double eps) {
   return buf;
 }
 
-// [M, H] tensor with a contiguous last dimension; `what` names the argument in messages.
-void check_rows(const char* op, const char* what, const Info& t, const Info& input, ScalarType dtype) {
-  FP8NORM_CHECK(t.dim == 2, op, ": ", what, " must be 2-D [M, H], got ", t.dim, "-D");
+const char* format_name(Format f) {
+  switch (f) {
+    case Format::kFp8_1x128: return "fp8_1x128";
+    case Format::kMxfp8: return "mxfp8";
+    case Format::kMxfp4: return "mxfp4";
+    case Format::kNvfp4: return "nvfp4";
+  }
+  return "?";
+}
+
+bool is_fp4(Format f) { return f == Format::kMxfp4 || f == Format::kNvfp4; }
+
+// [M, H] tensor (or with cols, [M, cols], named `shape`) with a contiguous last dimension; `what`
+// names the argument in messages.
+void check_rows(const char* op, const char* what, const Info& t, const Info& input, ScalarType dtype,
+                int64_t cols = -1, const char* shape = nullptr) {
+  FP8NORM_CHECK(t.dim == 2, op, ": ", what, " must be 2-D ", shape ? shape : "[M, H]", ", got ", t.dim, "-D");
   FP8NORM_CHECK(t.device == input.device, op, ": ", what, " must be on ", device_str(input.device), " like input, got ",
                 device_str(t.device));
   FP8NORM_CHECK(t.dtype == dtype, op, ": ", what, " must have dtype ", dtype_str(dtype), ", got ", dtype_str(t.dtype));
-  FP8NORM_CHECK(t.sizes[0] == input.sizes[0] && t.sizes[1] == input.sizes[1], op, ": ", what,
-                " must have the shape of input ", to_str(input.sizes), ", got ", to_str(t.sizes));
+  if (cols < 0) {
+    FP8NORM_CHECK(t.sizes[0] == input.sizes[0] && t.sizes[1] == input.sizes[1], op, ": ", what,
+                  " must have the shape of input ", to_str(input.sizes), ", got ", to_str(t.sizes));
+  } else {
+    FP8NORM_CHECK(t.sizes[0] == input.sizes[0] && t.sizes[1] == cols, op, ": ", what, " must have shape ", shape,
+                  " = [", input.sizes[0], ", ", cols, "], got ", to_str(t.sizes));
+  }
   FP8NORM_CHECK(t.strides[1] == 1, op, ": ", what, " must have a contiguous last dimension (stride 1), got strides ",
                 to_str(t.strides));
 }
 
-void check_inputs(const char* op, const Info& input, const Info* residual, const Info& weight, double eps) {
+void check_inputs(const char* op, const Info& input, const Info* residual, const Info& weight, double eps,
+                  Format format) {
   FP8NORM_CHECK(input.dim == 2, op, ": input must be 2-D [M, H], got ", input.dim, "-D");
   FP8NORM_CHECK(is_activation_dtype(input.dtype), op, ": input must be float16, bfloat16 or float32, got ",
                 dtype_str(input.dtype));
   const int64_t H = input.sizes[1];
-  FP8NORM_CHECK(H > 0 && H % kBlock == 0, op,
-                ": the hidden size H (input.size(1)) must be a positive multiple of 128, got ", H);
+  const int block = format_block(format);
+  FP8NORM_CHECK(H > 0 && H % block == 0, op, ": the hidden size H (input.size(1)) must be a positive multiple of ",
+                block, format == Format::kFp8_1x128 ? "" : cat(" (format '", format_name(format), "')"), ", got ", H);
   FP8NORM_CHECK(input.strides[1] == 1, op, ": input must have a contiguous last dimension (stride 1), got strides ",
                 to_str(input.strides));
   if (residual != nullptr) check_rows(op, "residual", *residual, input, input.dtype);
@@ -164,21 +185,72 @@ Convention parse_convention(const char* op, const OptString& conv) {
   return {};
 }
 
-void check_outputs(const char* op, const Info& input, bool scale_ue8m0, const Info& out, const Info& block_scale,
-                   const Info* normed_out) {
-  check_rows(op, "out", out, input, ScalarType::Float8_e4m3fn);
-  if (normed_out != nullptr) check_rows(op, "normed_out", *normed_out, input, input.dtype);
+void check_fp8_block_scale(const char* op, const Info& input, const Quant& q, const Info& block_scale) {
   FP8NORM_CHECK(block_scale.dim == 2, op, ": block_scale must be 2-D [M, H/128], got ", block_scale.dim, "-D");
   FP8NORM_CHECK(block_scale.device == input.device, op, ": block_scale must be on ", device_str(input.device),
                 " like input, got ", device_str(block_scale.device));
   const bool packed = block_scale.dtype == ScalarType::Int;
-  FP8NORM_CHECK(block_scale.dtype == ScalarType::Float || (packed && scale_ue8m0), op,
-                ": block_scale must have dtype float32, or int32 (packed UE8M0 exponents) with scale_ue8m0=True, got ",
-                dtype_str(block_scale.dtype), scale_ue8m0 ? "" : " (scale_ue8m0=False)");
+  if (q.packed < 0) {
+    FP8NORM_CHECK(block_scale.dtype == ScalarType::Float || (packed && q.ue8m0), op,
+                  ": block_scale must have dtype float32, or int32 (packed UE8M0 exponents) with scale_ue8m0=True, got ",
+                  dtype_str(block_scale.dtype), q.ue8m0 ? "" : " (scale_ue8m0=False)");
+  } else {
+    FP8NORM_CHECK(packed == (q.packed == 1) && (packed || block_scale.dtype == ScalarType::Float), op,
+                  ": block_scale must have dtype ", q.packed ? "int32 (packed UE8M0 exponents)" : "float32",
+                  " with scale_format '", q.packed ? "ue8m0_packed" : q.ue8m0 ? "ue8m0" : "fp32", "', got ",
+                  dtype_str(block_scale.dtype));
+  }
   const int64_t cols = packed ? (input.sizes[1] / kBlock + 3) / 4 : input.sizes[1] / kBlock;
   FP8NORM_CHECK(block_scale.sizes[0] == input.sizes[0] && block_scale.sizes[1] == cols, op,
                 ": block_scale must have shape [M, ", packed ? "ceil(H/512)" : "H/128", "] = [", input.sizes[0], ", ",
                 cols, "], got ", to_str(block_scale.sizes));
+}
+
+// The one-byte scales of the MX and NV formats, in the Quant's layout.
+void check_byte_block_scale(const char* op, const Info& input, const Quant& q, const Info& block_scale) {
+  const char* name = format_name(q.format);
+  const ScalarType dtype = q.format == Format::kNvfp4 ? ScalarType::Float8_e4m3fn : ScalarType::Float8_e8m0fnu;
+  const int block = format_block(q.format);
+  const int64_t m = input.sizes[0], ks = input.sizes[1] / block;
+  const std::string ks_name = cat("H/", block);
+  FP8NORM_CHECK(block_scale.device == input.device, op, ": block_scale must be on ", device_str(input.device),
+                " like input, got ", device_str(block_scale.device));
+  FP8NORM_CHECK(block_scale.dtype == dtype, op, ": block_scale must have dtype ", dtype_str(dtype), " (format '", name,
+                "'), got ", dtype_str(block_scale.dtype));
+  if (q.layout == ScaleLayout::kRow) {
+    const std::string shape = cat("[M, ", ks_name, "] (scale_layout 'row')");
+    check_rows(op, "block_scale", block_scale, input, dtype, ks, shape.c_str());
+    return;
+  }
+  const int64_t mp = (m + 127) / 128 * 128, kp = (ks + 3) / 4 * 4;
+  FP8NORM_CHECK(block_scale.dim == 2 && block_scale.sizes[0] == mp && block_scale.sizes[1] == kp, op,
+                ": block_scale must have shape [round_up(M, 128), round_up(", ks_name, ", 4)] = [", mp, ", ", kp,
+                "] (scale_layout 'swizzled'), got ", to_str(block_scale.sizes));
+  FP8NORM_CHECK(block_scale.numel() == 0 || (block_scale.strides[0] == kp && block_scale.strides[1] == 1), op,
+                ": block_scale must be contiguous (scale_layout 'swizzled'), got strides ", to_str(block_scale.strides));
+}
+
+void check_global_scale(const char* op, const Info& input, const Info& g) {
+  FP8NORM_CHECK(g.dtype == ScalarType::Float, op, ": global_scale must have dtype float32, got ", dtype_str(g.dtype));
+  FP8NORM_CHECK(g.device == input.device, op, ": global_scale must be on ", device_str(input.device),
+                " like input (the kernels read it there), got ", device_str(g.device));
+  FP8NORM_CHECK(g.numel() == 1, op, ": global_scale must have one element (the per-tensor NVFP4 encode scale), got shape ",
+                to_str(g.sizes));
+}
+
+void check_outputs(const char* op, const Info& input, const Quant& q, const Info& out, const Info& block_scale,
+                   const Info* normed_out) {
+  if (is_fp4(q.format)) {
+    check_rows(op, "out", out, input, ScalarType::Float4_e2m1fn_x2, input.sizes[1] / 2, "[M, H/2]");
+  } else {
+    check_rows(op, "out", out, input, ScalarType::Float8_e4m3fn);
+  }
+  if (normed_out != nullptr) check_rows(op, "normed_out", *normed_out, input, input.dtype);
+  if (q.format == Format::kFp8_1x128) {
+    check_fp8_block_scale(op, input, q, block_scale);
+  } else {
+    check_byte_block_scale(op, input, q, block_scale);
+  }
 }
 
 // The memory a tensor of at most two dimensions covers. Torch strides are never negative, so
@@ -194,7 +266,9 @@ struct Footprint {
 // Bytes per element of the dtypes the checks accept.
 int64_t item_size(ScalarType t) {
   switch (t) {
-    case ScalarType::Float8_e4m3fn: return 1;
+    case ScalarType::Float8_e4m3fn:
+    case ScalarType::Float8_e8m0fnu:
+    case ScalarType::Float4_e2m1fn_x2: return 1;
     case ScalarType::Half:
     case ScalarType::BFloat16: return 2;
     case ScalarType::Float:
@@ -271,22 +345,23 @@ bool overlaps_itself(const Info& t) {
 }
 
 void check_no_overlap(const char* op, const Info& input, const Info* residual, const Info& weight, const Info& out,
-                      const Info& block_scale, const Info* normed_out) {
+                      const Info& block_scale, const Info* normed_out, const Info* global_scale) {
   struct Arg {
     const char* name;
     const Info* t;
     bool written;
   };
-  std::array<Arg, 6> args;  // no allocation: this runs on every call
+  std::array<Arg, 7> args;  // no allocation: this runs on every call
   size_t n = 0;
   args[n++] = {"input", &input, false};
   args[n++] = {"weight", &weight, false};
+  if (global_scale != nullptr) args[n++] = {"global_scale", global_scale, false};
   if (residual != nullptr) args[n++] = {"residual", residual, true};
   args[n++] = {"out", &out, true};
   args[n++] = {"block_scale", &block_scale, true};
   if (normed_out != nullptr) args[n++] = {"normed_out", normed_out, true};
 
-  std::array<Footprint, 6> prints;
+  std::array<Footprint, 7> prints;
   for (size_t k = 0; k < n; ++k) {
     const Arg& a = args[k];
     if (a.written) {
@@ -306,8 +381,9 @@ void check_no_overlap(const char* op, const Info& input, const Info* residual, c
   }
 }
 
-RowArgs row_args(const Info& input, const Info* residual, const Info& weight, double eps, bool scale_ue8m0,
-                 Convention conv, const Info& out, const Info& block_scale, const Info* normed_out) {
+RowArgs row_args(const Info& input, const Info* residual, const Info& weight, double eps, const Quant& q,
+                 Convention conv, const Info& out, const Info& block_scale, const Info* normed_out,
+                 const Info* global_scale) {
   RowArgs a;
   const bool two_bytes = input.dtype != ScalarType::Float;  // float32: each rounding is exact
   a.sum_f32 = conv.sum_f32 && two_bytes && residual != nullptr;
@@ -322,18 +398,23 @@ RowArgs row_args(const Info& input, const Info* residual, const Info& weight, do
   }
   a.weight = weight.data;
   a.weight_is_float = weight.dtype == ScalarType::Float;
+  a.format = q.format;
   a.out = out.data;
   a.out_stride = out.strides[0];
   a.scale_packed = block_scale.dtype == ScalarType::Int;
   a.block_scale = static_cast<float*>(block_scale.data);
   a.scale_stride_row = block_scale.strides[0];
   a.scale_stride_col = block_scale.strides[1];
+  a.scale_swizzled = q.format != Format::kFp8_1x128 && q.layout == ScaleLayout::kSwizzled;
+  a.scale_k_tiles = (input.sizes[1] / format_block(q.format) + 3) / 4;
+  a.scale_floor = q.floor;
+  if (global_scale != nullptr) a.global_scale = static_cast<const float*>(global_scale->data);
   if (normed_out != nullptr) {
     a.normed = normed_out->data;
     a.normed_stride = normed_out->strides[0];
   }
   a.eps = static_cast<float>(eps);
-  a.ue8m0 = scale_ue8m0;
+  a.ue8m0 = q.ue8m0;
   return a;
 }
 
@@ -346,16 +427,35 @@ Tensor empty_strided(std::array<int64_t, 2> sizes, std::array<int64_t, 2> stride
 }
 
 // The functional ops' outputs, on input's device (info: input's Info, read once already).
-Outputs allocate_outputs(const Tensor& input, const Info& info) {
+Outputs allocate_outputs(const Tensor& input, const Info& info, const Quant& q) {
   int32_t dtype = 0, device_type = 0;
   FP8NORM_SHIM_CHECK(aoti_torch_get_dtype(input.get(), &dtype));
   FP8NORM_SHIM_CHECK(aoti_torch_get_device_type(input.get(), &device_type));
   const int32_t device_index = info.device.index();
   const int64_t m = info.sizes[0], h = info.sizes[1];
-  return {empty_strided({m, h}, {h, 1}, aoti_torch_dtype_float8_e4m3fn(), device_type, device_index),
-          empty_strided({m, h / kBlock}, {1, scale_column_stride(m)}, aoti_torch_dtype_float32(), device_type,
-                        device_index),
-          empty_strided({m, h}, {h, 1}, dtype, device_type, device_index)};
+  auto empty = [&](std::array<int64_t, 2> sizes, std::array<int64_t, 2> strides, int32_t dt) {
+    return empty_strided(sizes, strides, dt, device_type, device_index);
+  };
+  // The shim's codes are c10::ScalarType's; torch 2.10's shim has no functions for these two.
+  const int32_t e8m0 = static_cast<int32_t>(ScalarType::Float8_e8m0fnu);
+  const int32_t e2m1x2 = static_cast<int32_t>(ScalarType::Float4_e2m1fn_x2);
+  const int32_t e4m3 = aoti_torch_dtype_float8_e4m3fn();
+  Tensor out = is_fp4(q.format) ? empty({m, h / 2}, {h / 2, 1}, e2m1x2) : empty({m, h}, {h, 1}, e4m3);
+  Tensor normed = empty({m, h}, {h, 1}, dtype);
+  if (q.format == Format::kFp8_1x128) {
+    const bool packed = q.packed == 1;
+    const int64_t cols = packed ? (h / kBlock + 3) / 4 : h / kBlock;
+    const std::array<int64_t, 2> strides = q.layout == ScaleLayout::kRow       ? std::array<int64_t, 2>{cols, 1}
+                                           : q.layout == ScaleLayout::kScaledMm ? std::array<int64_t, 2>{1, std::max<int64_t>(m, 1)}
+                                                                                : std::array<int64_t, 2>{1, scale_column_stride(m)};
+    Tensor scale = empty({m, cols}, strides, packed ? aoti_torch_dtype_int32() : aoti_torch_dtype_float32());
+    return {std::move(out), std::move(scale), std::move(normed)};
+  }
+  const int32_t scale_dtype = q.format == Format::kNvfp4 ? e4m3 : e8m0;
+  const int64_t ks = h / format_block(q.format);
+  const int64_t rows = q.layout == ScaleLayout::kSwizzled ? (m + 127) / 128 * 128 : m;
+  const int64_t cols = q.layout == ScaleLayout::kSwizzled ? (ks + 3) / 4 * 4 : ks;
+  return {std::move(out), empty({rows, cols}, {cols, 1}, scale_dtype), std::move(normed)};
 }
 
 std::optional<Info> info_of(const Tensor* t) { return t != nullptr ? std::optional<Info>(*t) : std::nullopt; }
@@ -364,40 +464,100 @@ const Info* ptr(const std::optional<Info>& i) { return i ? &*i : nullptr; }
 }  // namespace
 
 RowArgs prepare(const char* op, const Tensor& input, const Tensor* residual, const Tensor& weight, double eps,
-                bool scale_ue8m0, const OptString& norm_convention, const Tensor& out, const Tensor& block_scale,
+                const Quant& quant, const OptString& norm_convention, const Tensor& out, const Tensor& block_scale,
                 const OptTensor& normed_out) {
   const Tensor* n_t = normed_out ? &*normed_out : nullptr;
   try {
     const Convention conv = parse_convention(op, norm_convention);
     const Info i(input), w(weight), o(out), s(block_scale);
-    const std::optional<Info> r = info_of(residual), n = info_of(n_t);
-    check_inputs(op, i, ptr(r), w, eps);
-    check_outputs(op, i, scale_ue8m0, o, s, ptr(n));
-    check_no_overlap(op, i, ptr(r), w, o, s, ptr(n));
-    return row_args(i, ptr(r), w, eps, scale_ue8m0, conv, o, s, ptr(n));
+    const std::optional<Info> r = info_of(residual), n = info_of(n_t), g = info_of(quant.global_scale);
+    check_inputs(op, i, ptr(r), w, eps, quant.format);
+    if (g) check_global_scale(op, i, *g);
+    check_outputs(op, i, quant, o, s, ptr(n));
+    check_no_overlap(op, i, ptr(r), w, o, s, ptr(n), ptr(g));
+    return row_args(i, ptr(r), w, eps, quant, conv, o, s, ptr(n), ptr(g));
   } catch (const std::exception&) {
     refuse_none(op, {{"input", &input}, {"residual", residual}, {"weight", &weight}, {"out", &out},
-                     {"block_scale", &block_scale}, {"normed_out", n_t}});
+                     {"block_scale", &block_scale}, {"normed_out", n_t}, {"global_scale", quant.global_scale}});
     throw;
   }
 }
 
 std::pair<RowArgs, Outputs> prepare_functional(const char* op, const Tensor& input, const Tensor* residual,
-                                               const Tensor& weight, double eps, bool scale_ue8m0,
+                                               const Tensor& weight, double eps, const Quant& quant,
                                                const OptString& norm_convention) {
   try {
     const Convention conv = parse_convention(op, norm_convention);
     const Info i(input), w(weight);
-    const std::optional<Info> r = info_of(residual);
-    check_inputs(op, i, ptr(r), w, eps);
-    Outputs outs = allocate_outputs(input, i);
+    const std::optional<Info> r = info_of(residual), g = info_of(quant.global_scale);
+    check_inputs(op, i, ptr(r), w, eps, quant.format);
+    if (g) check_global_scale(op, i, *g);
+    Outputs outs = allocate_outputs(input, i, quant);
     const Info o(std::get<0>(outs)), s(std::get<1>(outs)), n(std::get<2>(outs));
-    check_no_overlap(op, i, ptr(r), w, o, s, &n);  // the residual against input and weight
-    return {row_args(i, ptr(r), w, eps, scale_ue8m0, conv, o, s, &n), std::move(outs)};
+    check_no_overlap(op, i, ptr(r), w, o, s, &n, ptr(g));  // the residual against input, weight, global_scale
+    return {row_args(i, ptr(r), w, eps, quant, conv, o, s, &n, ptr(g)), std::move(outs)};
   } catch (const std::exception&) {
-    refuse_none(op, {{"input", &input}, {"residual", residual}, {"weight", &weight}});
+    refuse_none(op, {{"input", &input}, {"residual", residual}, {"weight", &weight},
+                     {"global_scale", quant.global_scale}});
     throw;
   }
+}
+
+Quant parse_quant(const char* op, const std::string& format, const OptString& scale_layout,
+                  const OptString& scale_format, const OptString& scale_mode, const OptTensor& global_scale) {
+  Quant q;
+  if (format == "fp8_1x128") {
+    q.format = Format::kFp8_1x128;
+  } else if (format == "mxfp8") {
+    q.format = Format::kMxfp8;
+  } else if (format == "mxfp4") {
+    q.format = Format::kMxfp4;
+  } else if (format == "nvfp4") {
+    q.format = Format::kNvfp4;
+  } else {
+    fail(cat(op, ": format must be one of 'fp8_1x128', 'mxfp8', 'mxfp4', 'nvfp4', got '", format, "'"));
+  }
+  const bool fp8 = q.format == Format::kFp8_1x128, mx = q.format == Format::kMxfp8 || q.format == Format::kMxfp4;
+  const char* name = format_name(q.format);
+  q.layout = fp8 ? ScaleLayout::kDeepgemm : ScaleLayout::kSwizzled;
+  if (scale_layout) {
+    const std::string& l = *scale_layout;
+    if (fp8 && (l == "deepgemm" || l == "scaled_mm" || l == "row")) {
+      q.layout = l == "row" ? ScaleLayout::kRow : l == "scaled_mm" ? ScaleLayout::kScaledMm : ScaleLayout::kDeepgemm;
+    } else if (!fp8 && (l == "swizzled" || l == "row")) {
+      q.layout = l == "row" ? ScaleLayout::kRow : ScaleLayout::kSwizzled;
+    } else {
+      fail(cat(op, ": scale_layout must be one of ", fp8 ? "'deepgemm', 'scaled_mm', 'row'" : "'swizzled', 'row'",
+               " for format '", name, "', got '", l, "'"));
+    }
+  }
+  if (fp8) q.packed = 0;
+  if (scale_format) {
+    const std::string& f = *scale_format;
+    FP8NORM_CHECK(fp8, op, ": scale_format applies to format 'fp8_1x128' only (format '", name,
+                  "' has its own scale dtype), got '", f, "'");
+    FP8NORM_CHECK(f == "fp32" || f == "ue8m0" || f == "ue8m0_packed", op,
+                  ": scale_format must be one of 'fp32', 'ue8m0', 'ue8m0_packed', got '", f, "'");
+    q.ue8m0 = f != "fp32";
+    q.packed = f == "ue8m0_packed" ? 1 : 0;
+  }
+  if (scale_mode) {
+    const std::string& m = *scale_mode;
+    FP8NORM_CHECK(mx, op, ": scale_mode applies to the MX formats only ('mxfp8', 'mxfp4'), got '", m,
+                  "' with format '", name, "'");
+    FP8NORM_CHECK(m == "rceil" || m == "floor", op, ": scale_mode must be one of 'rceil', 'floor', got '", m, "'");
+    q.floor = m == "floor";
+  }
+  if (q.format == Format::kNvfp4) {
+    FP8NORM_CHECK(global_scale.has_value(), op,
+                  ": format 'nvfp4' needs global_scale (a float32 tensor of one element: the encode scale "
+                  "448 * 6 / amax of the tensor)");
+    q.global_scale = &*global_scale;
+  } else {
+    FP8NORM_CHECK(!global_scale.has_value(), op, ": global_scale applies to format 'nvfp4' only, got one with format '",
+                  name, "'");
+  }
+  return q;
 }
 
 }  // namespace fp8norm

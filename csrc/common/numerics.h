@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "row_args.h"
+
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
 #endif
@@ -180,6 +182,23 @@ C10_HOST_DEVICE inline float finite_scale_or_zero(float scale) {
 #endif
 }
 
+// float -> float8_e4m3fn byte, with the reference's clamp(-448, 448) folded in (e4m3_satfinite):
+// the same bits as c10::Float8_e4m3fn(clamp(q)) (round to nearest even, NaN stays NaN), but
+// branch-free so that a CPU loop vectorizes.
+C10_HOST_DEVICE inline uint8_t fp8e4m3fn_saturating(float q) {
+  const uint32_t bits = float_bits(q);
+  const uint32_t sign = (bits >> 24) & 0x80u;
+  const uint32_t b = bits & 0x7FFFFFFFu;
+  // |q| >= 2^-6: rebias the exponent (127 -> 7) and round the mantissa to 3 bits, ties to even.
+  const uint32_t normal = (b + 0xC407FFFFu + ((b >> 20) & 1u)) >> 20;
+  // |q| < 2^-6: let a float addition do the rounding to a multiple of 2^-9.
+  const uint32_t subnormal = float_bits(bits_float(b) + bits_float(141u << 23)) - (141u << 23);
+  uint32_t r = b < (121u << 23) ? subnormal : normal;
+  r = b > 0x43E00000u ? 0x7Eu : r;  // |q| > 448 (inf too): clamp to 448
+  r = b > 0x7F800000u ? 0x7Fu : r;  // NaN
+  return static_cast<uint8_t>(r | sign);
+}
+
 // ---- The block formats beside FP8 1x128 (reference.py: e2m1_codes, e8m0_rceil, e8m0_floor,
 // quantize_mx, quantize_nvfp4). Checked against exact arithmetic over every float32 input where
 // exhaustive is feasible (tests/offline/check_block_formats.cpp).
@@ -250,6 +269,27 @@ C10_HOST_DEVICE inline float nvfp4_multiplier(float vmax, float b, float gs) {
 #else
   return std::fmin(1.0f / (b * (1.0f / gs)), kFltMax);
 #endif
+}
+
+// The value of a float8_e4m3fn byte (NaN for 0x7F / 0xFF).
+C10_HOST_DEVICE inline float e4m3_value(uint32_t byte) {
+  const uint32_t sign = (byte & 0x80u) << 24, e = (byte >> 3) & 0xFu, m = byte & 7u;
+  if (e == 0xFu && m == 7u) return bits_float(0x7FC00000u | sign);
+  const float v = e == 0 ? static_cast<float>(m) * bits_float(118u << 23)  // m * 2^-9, exact
+                         : bits_float(((e + 120u) << 23) | (m << 20));
+  return bits_float(float_bits(v) | sign);
+}
+
+// Elements per quantization block of a format (reference.py: FORMAT_BLOCK).
+C10_HOST_DEVICE constexpr int format_block(Format f) {
+  return f == Format::kFp8_1x128 ? kBlock : f == Format::kNvfp4 ? 16 : 32;
+}
+
+// swizzle_128x4: the byte of scale (m, k) in the 128x4 layout with k_tiles = ceil(Ks / 4) tiles of
+// four scales per 128 rows: (m / 128) * k_tiles * 512 + (k / 4) * 512 + (m % 32) * 16 +
+// ((m / 32) % 4) * 4 + k % 4.
+C10_HOST_DEVICE inline int64_t swizzled_scale_offset(int64_t m, int64_t k, int64_t k_tiles) {
+  return ((m >> 7) * k_tiles + (k >> 2)) * 512 + (m & 31) * 16 + ((m >> 5) & 3) * 4 + (k & 3);
 }
 
 }  // namespace fp8norm

@@ -1,6 +1,7 @@
 // The CPU kernel of the ops: one task per group of rows (torch::stable::parallel_for); each row is read
 // from memory once (pass 1: residual add, sum of squares) and then re-read from cache
-// (pass 2: normalize, 1x128 amax, quantize), with no temporaries beyond a few 128-value blocks.
+// (pass 2: normalize, then quantize one block of the format at a time), with no temporaries beyond a
+// few blocks. The format is a template policy of the one row kernel (Fp8Block, MxBlock, Nvfp4Block).
 // The loops are written for the compiler to vectorize; on x86-64 (GCC) they are compiled for
 // three instruction sets and the CPU picks one at the first call (cpu_isa).
 #include "cpu.h"
@@ -19,23 +20,6 @@ namespace fp8norm {
 namespace cpu {
 namespace {
 
-// float -> float8_e4m3fn byte, with the reference's clamp(-448, 448) folded in: the same bits as
-// c10::Float8_e4m3fn(clamp(q)) (round to nearest even, NaN stays NaN), but branch-free so that
-// the loop vectorizes.
-inline uint8_t fp8e4m3fn_saturating(float q) {
-  const uint32_t bits = float_bits(q);
-  const uint32_t sign = (bits >> 24) & 0x80u;
-  const uint32_t b = bits & 0x7FFFFFFFu;
-  // |q| >= 2^-6: rebias the exponent (127 -> 7) and round the mantissa to 3 bits, ties to even.
-  const uint32_t normal = (b + 0xC407FFFFu + ((b >> 20) & 1u)) >> 20;
-  // |q| < 2^-6: let a float addition do the rounding to a multiple of 2^-9.
-  const uint32_t subnormal = float_bits(bits_float(b) + bits_float(141u << 23)) - (141u << 23);
-  uint32_t r = b < (121u << 23) ? subnormal : normal;
-  r = b > 0x43E00000u ? 0x7Eu : r;  // |q| > 448 (inf too): clamp to 448
-  r = b > 0x7F800000u ? 0x7Fu : r;  // NaN
-  return static_cast<uint8_t>(r | sign);
-}
-
 // The AVX2 / AVX-512 builds of the kernel (cpu_isa, below) exist on x86-64 with GCC 12 or later.
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && defined(__x86_64__)
 #define FP8NORM_CPU_X86_ISAS 1
@@ -44,41 +28,41 @@ inline uint8_t fp8e4m3fn_saturating(float q) {
 #define FP8NORM_CPU_X86_ISAS 0
 #endif
 
-// One 1x128 block between a storage type and float: to_float (exact), round (f = float(T(f)):
+// N values (a quantization block) between a storage type and float: to_float (exact), round (f = float(T(f)):
 // to nearest even) and store (f already a T's value). Loops the compiler vectorizes; float16 in
 // the AVX2 / AVX-512 builds (F16C) by the conversion instructions, 8 values each (c10::Half's
 // portable conversions go one element at a time). The same values (NaN stays NaN, its payload
 // may differ).
-template <typename T, bool F16C>
+template <typename T, bool F16C, int N>
 struct Block {
   static C10_ALWAYS_INLINE void to_float(const T* p, float* f) {
-    for (int j = 0; j < kBlock; ++j) f[j] = static_cast<float>(p[j]);
+    for (int j = 0; j < N; ++j) f[j] = static_cast<float>(p[j]);
   }
   static C10_ALWAYS_INLINE void round(float* f) {
-    for (int j = 0; j < kBlock; ++j) f[j] = static_cast<float>(static_cast<T>(f[j]));
+    for (int j = 0; j < N; ++j) f[j] = static_cast<float>(static_cast<T>(f[j]));
   }
   static C10_ALWAYS_INLINE void store(T* p, const float* f) {
-    for (int j = 0; j < kBlock; ++j) p[j] = static_cast<T>(f[j]);
+    for (int j = 0; j < N; ++j) p[j] = static_cast<T>(f[j]);
   }
 };
 #if FP8NORM_CPU_X86_ISAS
 // Own functions compiled with F16C (the inlined row_kernel has the default target, which cannot
 // inline them), called once per block, from the AVX2 / AVX-512 builds only.
 #define FP8NORM_F16C __attribute__((target("avx,f16c")))
-template <>
-struct Block<torch::headeronly::Half, true> {
+template <int N>
+struct Block<torch::headeronly::Half, true, N> {
   static FP8NORM_F16C void to_float(const torch::headeronly::Half* p, float* f) {
-    for (int j = 0; j < kBlock; j += 8) {
+    for (int j = 0; j < N; j += 8) {
       _mm256_storeu_ps(f + j, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j))));
     }
   }
   static FP8NORM_F16C void round(float* f) {
-    for (int j = 0; j < kBlock; j += 8) {
+    for (int j = 0; j < N; j += 8) {
       _mm256_storeu_ps(f + j, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(f + j), _MM_FROUND_TO_NEAREST_INT)));
     }
   }
   static FP8NORM_F16C void store(torch::headeronly::Half* p, const float* f) {
-    for (int j = 0; j < kBlock; j += 8) {
+    for (int j = 0; j < N; j += 8) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(p + j),
                        _mm256_cvtps_ph(_mm256_loadu_ps(f + j), _MM_FROUND_TO_NEAREST_INT));
     }
@@ -87,37 +71,121 @@ struct Block<torch::headeronly::Half, true> {
 #undef FP8NORM_F16C
 #endif
 
+// The quantizers: one block of N normed values g (floats of the dtype's values) -> its codes in the
+// row's out bytes and its scale. block(a, row, b, g, out_row) quantizes block b of the row;
+// row_end(a, row) writes what the row owns beyond its blocks (the swizzled layout's padding).
+
+// fp8_1x128: float32 scale amax / 448 (UE8M0-rounded with a.ue8m0), in a.block_scale's strides or
+// packed; codes g / scale.
+struct Fp8Block {
+  static constexpr int kN = kBlock;
+  static C10_ALWAYS_INLINE void block(const RowArgs& a, int64_t row, int64_t b, const float* g, uint8_t* out) {
+    uint32_t amax = 0;
+    for (int j = 0; j < kN; ++j) amax = std::max(amax, abs_bits(g[j]));
+    const float scale = block_scale_from_amax_bits(amax, a.ue8m0);
+    float* scale_row = a.block_scale + row * a.scale_stride_row;
+    if (a.scale_packed) {
+      store_packed_ue8m0(scale_row, a.scale_stride_col, static_cast<int>(b), a.hidden, scale);
+    } else {
+      scale_row[b * a.scale_stride_col] = scale;
+    }
+    for (int j = 0; j < kN; ++j) out[b * kN + j] = fp8e4m3fn_saturating(scaled(g[j], scale));
+  }
+  static void row_end(const RowArgs&, int64_t) {}
+};
+
+// The one-byte scales of the block formats: row-major, or the 128x4 swizzle.
+C10_ALWAYS_INLINE void store_scale_byte(const RowArgs& a, int64_t row, int64_t b, uint32_t byte) {
+  uint8_t* s = reinterpret_cast<uint8_t*>(a.block_scale);
+  const int64_t at = a.scale_swizzled ? swizzled_scale_offset(row, b, a.scale_k_tiles) : row * a.scale_stride_row + b;
+  s[at] = static_cast<uint8_t>(byte);
+}
+
+// The swizzled layout's padding columns of a row (Ks to 4 * k_tiles), zero on every call.
+template <int N>
+void zero_padding_columns(const RowArgs& a, int64_t row) {
+  if (!a.scale_swizzled) return;
+  for (int64_t k = a.hidden / N; k < 4 * a.scale_k_tiles; ++k) store_scale_byte(a, row, k, 0);
+}
+
+// N codes -> out bytes: float8_e4m3fn, or e2m1 pairs (element 2j in the low nibble of byte j).
+template <int N, bool Fp4>
+C10_ALWAYS_INLINE void store_codes(const float* v, uint8_t* out) {
+  if constexpr (Fp4) {
+    for (int j = 0; j < N / 2; ++j) out[j] = static_cast<uint8_t>(e2m1_code(v[2 * j]) | (e2m1_code(v[2 * j + 1]) << 4));
+  } else {
+    for (int j = 0; j < N; ++j) out[j] = fp8e4m3fn_saturating(v[j]);
+  }
+}
+
+// mxfp8 / mxfp4 (reference.quantize_mx): UE8M0 byte by rceil (of amax / max_elem, correctly
+// rounded) or floor (of amax's exponent); codes of g * mx_multiplier(byte).
+template <bool Fp4>
+struct MxBlock {
+  static constexpr int kN = 32;
+  static C10_ALWAYS_INLINE void block(const RowArgs& a, int64_t row, int64_t b, const float* g, uint8_t* out) {
+    uint32_t amax = 0;
+    for (int j = 0; j < kN; ++j) amax = std::max(amax, abs_bits(g[j]));
+    const uint32_t byte = a.scale_floor ? e8m0_floor(amax, Fp4 ? kE2m1Emax : kE4m3Emax)
+                                        : e8m0_rceil(bits_float(amax) / (Fp4 ? 6.0f : kFp8Max));
+    store_scale_byte(a, row, b, byte);
+    const float r = mx_multiplier(byte, a.scale_floor);
+    float v[kN];
+    for (int j = 0; j < kN; ++j) v[j] = g[j] * r;
+    store_codes<kN, Fp4>(v, out + (Fp4 ? b * kN / 2 : b * kN));
+  }
+  static void row_end(const RowArgs& a, int64_t row) { zero_padding_columns<kN>(a, row); }
+};
+
+// nvfp4 (reference.quantize_nvfp4): float8_e4m3fn scale of vmax * (gs / 6); codes of g * os.
+struct Nvfp4Block {
+  static constexpr int kN = 16;
+  static C10_ALWAYS_INLINE void block(const RowArgs& a, int64_t row, int64_t b, const float* g, uint8_t* out) {
+    uint32_t vmax = 0;
+    for (int j = 0; j < kN; ++j) vmax = std::max(vmax, abs_bits(g[j]));
+    const float gs = *a.global_scale;
+    const uint32_t byte = fp8e4m3fn_saturating(nvfp4_scale(bits_float(vmax), gs));
+    store_scale_byte(a, row, b, byte);
+    const float os = nvfp4_multiplier(bits_float(vmax), e4m3_value(byte), gs);
+    float v[kN];
+    for (int j = 0; j < kN; ++j) v[j] = g[j] * os;
+    store_codes<kN, true>(v, out + b * kN / 2);
+  }
+  static void row_end(const RowArgs& a, int64_t row) { zero_padding_columns<kN>(a, row); }
+};
+
 // Inlined into each instruction set's rows_* function below, so that it is compiled for each.
-template <typename T, typename W, bool F16C>
+template <typename T, typename W, bool F16C, typename Q>
 C10_ALWAYS_INLINE void row_kernel(const RowArgs& a, int64_t row) {
-  using B = Block<T, F16C>;
+  constexpr int N = Q::kN;
+  using B = Block<T, F16C, N>;
   const int64_t H = a.hidden;
   const T* in = static_cast<const T*>(a.input) + row * a.input_stride;
   T* res = a.residual ? static_cast<T*>(a.residual) + row * a.residual_stride : nullptr;
   const W* w = static_cast<const W*>(a.weight);
   T* normed = a.normed ? static_cast<T*>(a.normed) + row * a.normed_stride : nullptr;
   uint8_t* out = static_cast<uint8_t*>(a.out) + row * a.out_stride;
-  float* scale_row = a.block_scale + row * a.scale_stride_row;
 
   // Pass 1: s = T(input + residual), written back to residual; sum of float32 squares in double,
   // of s or, with a.sum_f32, of the float32 sum itself (then pass 2 writes the residual, from
   // input and the old residual read again, since it needs the float32 sum too).
-  // Simple loops over one 128-value block at a time, so that the compiler vectorizes them.
+  // Simple loops over one block of N values at a time, so that the compiler vectorizes them;
+  // element j goes to lane j % 8 in every format (N a multiple of 8), so rstd does not depend on it.
   constexpr int kLanes = 8;
   double acc[kLanes] = {};
-  float f[kBlock], r[kBlock];
+  float f[N], r[N];
   const bool store_in_pass1 = res != nullptr && !a.sum_f32;
-  for (int64_t base = 0; base < H; base += kBlock) {
+  for (int64_t base = 0; base < H; base += N) {
     B::to_float(in + base, f);
     if (res != nullptr) {
       B::to_float(res + base, r);
-      for (int j = 0; j < kBlock; ++j) f[j] += r[j];
+      for (int j = 0; j < N; ++j) f[j] += r[j];
       if (store_in_pass1) {
         B::round(f);
         B::store(res + base, f);
       }
     }
-    for (int j = 0; j < kBlock; j += kLanes) {
+    for (int j = 0; j < N; j += kLanes) {
       for (int l = 0; l < kLanes; ++l) acc[l] += static_cast<double>(f[j + l] * f[j + l]);
     }
   }
@@ -126,38 +194,31 @@ C10_ALWAYS_INLINE void row_kernel(const RowArgs& a, int64_t row) {
   const float rstd = rstd_from_sum_of_squares(sum_sq, H, a.eps);
   const T* s_row = store_in_pass1 ? res : in;
 
-  // Pass 2, one 1x128 block at a time (the row is in cache now).
-  float g[kBlock], wf[kBlock];
-  for (int64_t b = 0; b < H / kBlock; ++b) {
-    const int64_t base = b * kBlock;
+  // Pass 2, one quantization block at a time (the row is in cache now).
+  float g[N], wf[N];
+  for (int64_t b = 0; b < H / N; ++b) {
+    const int64_t base = b * N;
     B::to_float(s_row + base, g);
     if (res != nullptr && !store_in_pass1) {  // sum_f32: g the float32 sum, residual its rounding
       B::to_float(res + base, r);
-      for (int j = 0; j < kBlock; ++j) g[j] += r[j];
-      for (int j = 0; j < kBlock; ++j) r[j] = g[j];
+      for (int j = 0; j < N; ++j) g[j] += r[j];
+      for (int j = 0; j < N; ++j) r[j] = g[j];
       B::round(r);
       B::store(res + base, r);
     }
-    Block<W, F16C>::to_float(w + base, wf);
+    Block<W, F16C, N>::to_float(w + base, wf);
     if (a.round_twice) {
-      for (int j = 0; j < kBlock; ++j) g[j] = scaled_by_rstd(g[j], rstd);
+      for (int j = 0; j < N; ++j) g[j] = scaled_by_rstd(g[j], rstd);
       B::round(g);
-      for (int j = 0; j < kBlock; ++j) g[j] = weighted(g[j], wf[j]);
+      for (int j = 0; j < N; ++j) g[j] = weighted(g[j], wf[j]);
     } else {
-      for (int j = 0; j < kBlock; ++j) g[j] = normalize(g[j], rstd, wf[j]);
+      for (int j = 0; j < N; ++j) g[j] = normalize(g[j], rstd, wf[j]);
     }
     B::round(g);
     if (normed != nullptr) B::store(normed + base, g);
-    uint32_t amax = 0;
-    for (int j = 0; j < kBlock; ++j) amax = std::max(amax, abs_bits(g[j]));
-    const float scale = block_scale_from_amax_bits(amax, a.ue8m0);
-    if (a.scale_packed) {
-      store_packed_ue8m0(scale_row, a.scale_stride_col, static_cast<int>(b), H, scale);
-    } else {
-      scale_row[b * a.scale_stride_col] = scale;
-    }
-    for (int j = 0; j < kBlock; ++j) out[base + j] = fp8e4m3fn_saturating(scaled(g[j], scale));
+    Q::block(a, row, b, g, out);
   }
+  Q::row_end(a, row);
 }
 
 // Instruction sets: the baseline of the build (x86-64: SSE2, 4 floats per vector), and on x86-64
@@ -204,10 +265,10 @@ Isa cpu_isa() {
   return isa;
 }
 
-#define FP8NORM_CPU_ROWS(name, f16c, attributes)                                  \
-  template <typename T, typename W>                                               \
-  attributes void name(const RowArgs& a, int64_t begin, int64_t end) {            \
-    for (int64_t row = begin; row < end; ++row) row_kernel<T, W, f16c>(a, row);   \
+#define FP8NORM_CPU_ROWS(name, f16c, attributes)                                   \
+  template <typename T, typename W, typename Q>                                    \
+  attributes void name(const RowArgs& a, int64_t begin, int64_t end) {             \
+    for (int64_t row = begin; row < end; ++row) row_kernel<T, W, f16c, Q>(a, row); \
   }
 FP8NORM_CPU_ROWS(rows_baseline, false, )
 #if FP8NORM_CPU_X86_ISAS
@@ -216,24 +277,44 @@ FP8NORM_CPU_ROWS(rows_avx512, true, __attribute__((target("arch=x86-64-v4"))))
 #endif
 #undef FP8NORM_CPU_ROWS
 
-template <typename T, typename W>
-void run_typed(const RowArgs& a) {
+template <typename T, typename W, typename Q>
+void run_format(const RowArgs& a) {
   // Enough rows per task to amortize scheduling: at least ~32k elements.
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / a.hidden);
   [[maybe_unused]] const Isa isa = cpu_isa();  // checks FP8NORM_CPU_ISA on every platform
   torch::stable::parallel_for(0, a.rows, grain, [&](int64_t begin, int64_t end) {
 #if FP8NORM_CPU_X86_ISAS
-    if (isa == Isa::kAvx512) return rows_avx512<T, W>(a, begin, end);
-    if (isa == Isa::kAvx2) return rows_avx2<T, W>(a, begin, end);
+    if (isa == Isa::kAvx512) return rows_avx512<T, W, Q>(a, begin, end);
+    if (isa == Isa::kAvx2) return rows_avx2<T, W, Q>(a, begin, end);
 #endif
-    rows_baseline<T, W>(a, begin, end);
+    rows_baseline<T, W, Q>(a, begin, end);
   });
+}
+
+template <typename T, typename W>
+void run_typed(const RowArgs& a) {
+  switch (a.format) {
+    case Format::kFp8_1x128: return run_format<T, W, Fp8Block>(a);
+    case Format::kMxfp8: return run_format<T, W, MxBlock<false>>(a);
+    case Format::kMxfp4: return run_format<T, W, MxBlock<true>>(a);
+    case Format::kNvfp4: return run_format<T, W, Nvfp4Block>(a);
+  }
+}
+
+// The swizzled layout's padding rows (M to round_up(M, 128)), zero on every call.
+void zero_padding_rows(const RowArgs& a) {
+  if (!a.scale_swizzled) return;
+  const int64_t padded = (a.rows + 127) / 128 * 128;
+  for (int64_t row = a.rows; row < padded; ++row) {
+    for (int64_t k = 0; k < 4 * a.scale_k_tiles; ++k) store_scale_byte(a, row, k, 0);
+  }
 }
 
 }  // namespace
 
 void run(const RowArgs& a, const Tensor& input) {
   if (a.rows == 0) return;
+  zero_padding_rows(a);
   auto with_weight = [&](auto t) {
     using T = decltype(t);
     if (a.weight_is_float) {

@@ -141,6 +141,8 @@ const launch::Plan& plan_for(const launch::Problem& p, int device) {
 }
 
 void run(const RowArgs& a, const Tensor& input) {
+  FP8NORM_CHECK(a.format == Format::kFp8_1x128,
+                "fp8norm: the mxfp8, mxfp4 and nvfp4 formats run on CPU only in this build (no CUDA kernel yet)");
   if (a.rows == 0) return;
   FP8NORM_CHECK(a.hidden < (int64_t{1} << 31), "fp8norm: H must be below 2^31, got ", a.hidden);
   const int device = input.get_device_index();
