@@ -309,3 +309,77 @@ def test_cuda_refuses_block_formats():
     with pytest.raises(RuntimeError, match="CPU only in this build"):
         ops.rmsnorm_quant(x, w, 1e-6, "mxfp8")
 
+
+# ---- The Python functions (torch_fp8norm.fused_add_rmsnorm_quant, rmsnorm_quant).
+import torch_fp8norm  # noqa: E402
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fmt,layout,scale_format,mode", OPTIONS, ids=IDS)
+def test_functions_leading_dims_and_normed_false(device, fmt, layout, scale_format, mode):
+    """(..., H) inputs give the raw op's results on the [M, H] view: out (..., H or H/2), row-layout
+    scales (..., H / block), swizzled ones 2-D; normed=False returns None and the same codes."""
+    h = 2880 if fmt != "fp8_1x128" else 384
+    x = torch.randn(2, 3, h, device=device, dtype=torch.bfloat16)
+    r = torch.randn(2, 3, h, device=device, dtype=torch.bfloat16)
+    w = torch.randn(h, device=device, dtype=torch.bfloat16)
+    gs = global_scale_for(x) if fmt == "nvfp4" else None
+    kw = dict(format=fmt, scale_layout=layout, scale_format=scale_format, scale_mode=mode, global_scale=gs)
+    r1, r2 = r.clone(), r.clone()
+    got = torch_fp8norm.fused_add_rmsnorm_quant(x, r1, w, **kw)
+    want = ops.fused_add_rmsnorm_quant(x.view(6, h), r2.view(6, h), w, 1e-6, fmt, layout, scale_format, mode, gs)
+    assert torch.equal(r1, r2) and torch.equal(got.normed.view(6, h), want[2])
+    assert got.out.shape[:2] == (2, 3) and torch.equal(as_bytes(got.out.view(6, -1)), as_bytes(want[0]))
+    swizzled = fmt != "fp8_1x128" and layout in (None, "swizzled")
+    assert got.block_scale.dim() == (2 if swizzled else 3)
+    assert torch.equal(as_bytes(got.block_scale.reshape(want[1].shape)), as_bytes(want[1]))
+    plain = torch_fp8norm.rmsnorm_quant(x, w, normed=False, **kw)
+    want = ops.rmsnorm_quant(x.view(6, h), w, 1e-6, fmt, layout, scale_format, mode, gs)
+    assert plain.normed is None and torch.equal(as_bytes(plain.out.view(6, -1)), as_bytes(want[0]))
+    assert torch.equal(as_bytes(plain.block_scale.reshape(want[1].shape)), as_bytes(want[1]))
+
+
+def test_functions_refuse_options_that_do_not_apply():
+    x, w = torch.randn(4, 256), torch.ones(256)
+    f = torch_fp8norm.rmsnorm_quant
+    cases = [
+        (dict(format="mxfp8", scale_format="ue8m0"), ValueError, "scale_format applies to format 'fp8_1x128' only"),
+        (dict(format="nvfp4", scale_mode="rceil", global_scale=torch.ones(1)), ValueError,
+         "scale_mode applies to the MX formats only"),
+        (dict(format="fp8_1x128", scale_mode="floor"), ValueError, "scale_mode applies to the MX formats only"),
+        (dict(format="nvfp4"), ValueError, "format 'nvfp4' needs global_scale"),
+        (dict(format="mxfp4", global_scale=torch.ones(1)), ValueError, "global_scale applies to format 'nvfp4' only"),
+        (dict(format="mxfp8", scale_layout="deepgemm"), ValueError,
+         "scale_layout 'deepgemm' applies to format 'fp8_1x128' only, not to format 'mxfp8'"),
+        (dict(format="fp8_1x128", scale_layout="swizzled"), ValueError,
+         "scale_layout 'swizzled' applies to the MX and NV formats only"),
+        (dict(format="mxfp6"), RuntimeError, "format must be one of"),
+        (dict(format="mxfp8", scale_mode="ceil"), RuntimeError, "scale_mode must be one of 'rceil', 'floor'"),
+        (dict(format=8), TypeError, "format must be a str, got int"),
+        (dict(format="nvfp4", global_scale=2.0), TypeError, "global_scale must be a torch.Tensor, got float"),
+        (dict(format="mxfp8", normed=1), TypeError, "normed must be a bool"),
+    ]
+    for kw, exc, pattern in cases:
+        with pytest.raises(exc, match=pattern):
+            f(x, w, **kw)
+    r = torch.randn(4, 256)
+    before = r.clone()
+    with pytest.raises(ValueError):
+        torch_fp8norm.fused_add_rmsnorm_quant(x, r, w, format="nvfp4")
+    assert torch.equal(r, before)
+
+
+def test_functions_autograd_and_versions():
+    """Grad refused before anything is written; the residual's version bumped once per call."""
+    x, w = torch.randn(4, 64), torch.ones(64)
+    r = torch.randn(4, 64)
+    with pytest.raises(RuntimeError, match="no backward"):
+        torch_fp8norm.fused_add_rmsnorm_quant(x.requires_grad_(), r, w, format="mxfp8")
+    x = x.detach()
+    v = r._version
+    torch_fp8norm.fused_add_rmsnorm_quant(x, r, w, format="mxfp4", normed=False)
+    assert r._version == v + 1
+    with torch.inference_mode():
+        ri = torch.randn(4, 64)
+    with pytest.raises(RuntimeError, match="inference tensor"):
+        torch_fp8norm.fused_add_rmsnorm_quant(x, ri, w, format="mxfp8")

@@ -1,4 +1,5 @@
-"""torch_fp8norm: fused residual-add + RMSNorm + FP8 1x128 block quantization, as PyTorch custom ops.
+"""torch_fp8norm: fused residual-add + RMSNorm + block quantization (FP8 1x128, MXFP8, MXFP4, NVFP4), as
+PyTorch custom ops.
 
 Importing this package loads the compiled libraries, which register the ops under
 ``torch.ops.fp8norm``: the CPU library always, the CUDA library where torch is built for its CUDA
@@ -22,7 +23,9 @@ from .ops import (
     block_scale_columns,
     block_scale_strides,
     fused_add_rmsnorm_fp8_block_quant,
+    fused_add_rmsnorm_quant,
     rmsnorm_fp8_block_quant,
+    rmsnorm_quant,
 )
 
 __all__ = [
@@ -33,9 +36,11 @@ __all__ = [
     "disable_fusion",
     "enable_fusion",
     "fused_add_rmsnorm_fp8_block_quant",
+    "fused_add_rmsnorm_quant",
     "has_cuda_kernels",
     "reference",
     "rmsnorm_fp8_block_quant",
+    "rmsnorm_quant",
     "testing",
 ]
 __version__ = "0.2.0"

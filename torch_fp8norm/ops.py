@@ -380,3 +380,162 @@ def rmsnorm_fp8_block_quant(
         _check_types(PLAIN_OP, input, None, weight, eps, False)
         raise
 
+
+# ---- Every block format (README, "Block formats"): MXFP8, MXFP4 and NVFP4 beside FP8 1x128.
+FORMATS = ("fp8_1x128", "mxfp8", "mxfp4", "nvfp4")
+from ._fake import FUSED_QUANT_OP, PLAIN_QUANT_OP  # noqa: E402  (the ops as their errors name them)
+_QUANT_OPS = {True: (torch.ops.fp8norm.fused_add_rmsnorm_quant.default, torch.ops.fp8norm.fused_add_rmsnorm_quant.out),
+              False: (torch.ops.fp8norm.rmsnorm_quant.default, torch.ops.fp8norm.rmsnorm_quant.out)}
+
+
+def _check_format_options(op: str, format, scale_layout, scale_format, scale_mode, global_scale, normed,
+                          norm_convention) -> None:
+    """TypeError for an option of the wrong type; ValueError for one that does not apply to the
+    format (and for nvfp4 without global_scale, or another format with one). Unknown values are
+    the ops' to refuse (RuntimeError, as for every value they refuse)."""
+    for name, value in (("format", format), ("scale_layout", scale_layout), ("scale_format", scale_format),
+                        ("scale_mode", scale_mode), ("norm_convention", norm_convention)):
+        if not (isinstance(value, str) or (value is None and name not in ("format", "norm_convention"))):
+            raise TypeError(f"{op}: {name} must be a str, got {type(value).__name__}")
+    if normed is not True and normed is not False:
+        raise TypeError(f"{op}: normed must be a bool, got {type(normed).__name__}")
+    if global_scale is not None and not isinstance(global_scale, Tensor):
+        raise TypeError(f"{op}: global_scale must be a torch.Tensor, got {type(global_scale).__name__}")
+    if format not in FORMATS:
+        return  # the op names the formats
+    fp8_layout = scale_layout in SCALE_LAYOUTS
+    if (scale_layout == "swizzled" and format == "fp8_1x128") or (fp8_layout and scale_layout != "row"
+                                                                  and format != "fp8_1x128"):
+        owner = "the MX and NV formats" if scale_layout == "swizzled" else "format 'fp8_1x128'"
+        raise ValueError(f"{op}: scale_layout {scale_layout!r} applies to {owner} only, not to format {format!r}")
+    if scale_format is not None and format != "fp8_1x128":
+        raise ValueError(f"{op}: scale_format applies to format 'fp8_1x128' only; format {format!r} has its own "
+                         f"scale dtype (got scale_format={scale_format!r})")
+    if scale_mode is not None and format not in ("mxfp8", "mxfp4"):
+        raise ValueError(f"{op}: scale_mode applies to the MX formats only ('mxfp8', 'mxfp4'), not to format "
+                         f"{format!r} (got scale_mode={scale_mode!r})")
+    if format == "nvfp4" and global_scale is None:
+        raise ValueError(f"{op}: format 'nvfp4' needs global_scale, a float32 tensor of one element on input's "
+                         "device: the encode scale 448 * 6 / amax of the tensor, as FlashInfer and vLLM take it")
+    if format != "nvfp4" and global_scale is not None:
+        raise ValueError(f"{op}: global_scale applies to format 'nvfp4' only, not to format {format!r}")
+
+
+def _quant_call(op: str, input: Tensor, residual: Optional[Tensor], weight: Tensor, eps, format, scale_layout,
+                scale_format, scale_mode, global_scale, normed, norm_convention) -> BlockQuantized:
+    _check_format_options(op, format, scale_layout, scale_format, scale_mode, global_scale, normed,
+                          norm_convention)
+    if eps is None:
+        eps = EPS_NONE
+    if _is_grad_enabled():
+        _refuse_grad(op, input, residual, weight)
+    if residual is not None and residual.shape != input.shape:
+        raise RuntimeError(f"{op}: residual must have the shape of input {_list(input.shape)}, "
+                           f"got {_list(residual.shape)}")
+    functional, out_op = _QUANT_OPS[residual is not None]
+    bump = residual is not None and not (
+        _is_compiling() or (residual.is_inference() and _inference_update_allowed(op)))
+    lead, x = input.shape[:-1], _rows(op, input, "input", False)
+    ins = (x, weight) if residual is None else (x, _rows(op, residual, "residual", True), weight)
+    conv = None if norm_convention == "torch" else norm_convention
+    opts = (eps, format, scale_layout, scale_format, scale_mode, global_scale, conv)
+    if normed:
+        out, scale, n = functional(*ins, *opts)
+    else:
+        from ._fake import _quant_outputs, parse_quant
+        out, scale, n = _quant_outputs(x, parse_quant(op, format, scale_layout, scale_format, scale_mode,
+                                                      global_scale))
+        out_op(*ins, *opts, out=out, block_scale=scale, normed_out=None)
+        n = None
+    if bump:
+        _bump_versions((residual,))
+    if len(lead) != 1:
+        out, n = out.view(*lead, out.shape[-1]), None if n is None else n.view(*lead, n.shape[-1])
+        if scale_layout == "row" or format == "fp8_1x128":  # the swizzled layout is 2-D
+            scale = scale.view(*lead, scale.shape[-1])
+    return BlockQuantized(out, scale, n)
+
+
+_FORMAT_ARGS_DOC = """
+        format: ``"fp8_1x128"`` (the default; as :func:`fused_add_rmsnorm_fp8_block_quant`),
+            ``"mxfp8"`` (1x32 blocks, float8_e4m3fn codes, UE8M0 scales), ``"mxfp4"`` (1x32 blocks,
+            e2m1 codes two per byte: out is float4_e2m1fn_x2 (..., H/2), element 2j in the low
+            nibble; UE8M0 scales) or ``"nvfp4"`` (1x16 blocks, e2m1 codes, float8_e4m3fn scales,
+            global_scale). H: a positive multiple of the block (128, 32, 32, 16).
+        scale_layout: fp8_1x128: ``"deepgemm"`` (default), ``"scaled_mm"`` or ``"row"``
+            (:func:`block_scale_strides`). The others: ``"swizzled"`` (default; the 128x4 layout of
+            cuBLAS, CUTLASS and ``torch._scaled_mm``: a contiguous [round_up(M, 128),
+            round_up(H / block, 4)] tensor for the M = prod(leading dims) rows, padding zero) or
+            ``"row"`` ((..., H / block), row-major).
+        scale_format: fp8_1x128 only: ``"fp32"`` (default), ``"ue8m0"`` or ``"ue8m0_packed"``.
+        scale_mode: MX only: ``"rceil"`` (default; the smallest power of two >= amax / max_elem,
+            as TransformerEngine, FlashInfer, vLLM and SGLang scale activations) or ``"floor"``
+            (the OCP MX v1.0 rule, torchao's default).
+        global_scale: nvfp4 only, required: the per-tensor encode scale ``448 * 6 / amax``, a
+            float32 tensor of one element on input's device (read there: no host sync).
+        normed, norm_convention: as for :func:`fused_add_rmsnorm_fp8_block_quant`.
+
+    Returns:
+        BlockQuantized(out, block_scale, normed); reference: ``torch_fp8norm.reference.quantize``.
+
+    Raises TypeError for an argument of the wrong type; ValueError for an option that does not
+    apply to the format (and for nvfp4 without global_scale, another format with one);
+    RuntimeError for a value the ops refuse, and where autograd would record the call; all before
+    writing anything.
+    """
+
+
+def fused_add_rmsnorm_quant(
+    input: Tensor,
+    residual: Tensor,
+    weight: Tensor,
+    eps: Optional[float] = 1e-6,
+    *,
+    format: str = "fp8_1x128",
+    scale_layout: Optional[str] = None,
+    scale_format: Optional[str] = None,
+    scale_mode: Optional[str] = None,
+    global_scale: Optional[Tensor] = None,
+    normed: bool = True,
+    norm_convention: str = "torch",
+) -> BlockQuantized:
+    try:
+        return _quant_call(FUSED_QUANT_OP, input, residual, weight, eps, format, scale_layout, scale_format,
+                           scale_mode, global_scale, normed, norm_convention)
+    except Exception:
+        _check_types(FUSED_QUANT_OP, input, residual, weight, eps, True)
+        raise
+
+
+def rmsnorm_quant(
+    input: Tensor,
+    weight: Tensor,
+    eps: Optional[float] = 1e-6,
+    *,
+    format: str = "fp8_1x128",
+    scale_layout: Optional[str] = None,
+    scale_format: Optional[str] = None,
+    scale_mode: Optional[str] = None,
+    global_scale: Optional[Tensor] = None,
+    normed: bool = True,
+    norm_convention: str = "torch",
+) -> BlockQuantized:
+    try:
+        return _quant_call(PLAIN_QUANT_OP, input, None, weight, eps, format, scale_layout, scale_format,
+                           scale_mode, global_scale, normed, norm_convention)
+    except Exception:
+        _check_types(PLAIN_QUANT_OP, input, None, weight, eps, False)
+        raise
+
+
+fused_add_rmsnorm_quant.__doc__ = """``residual += input; normed = rmsnorm(residual) * weight;
+    (out, block_scale) = quantize(normed, format)`` in one memory pass, for every block format.
+
+    Args:
+        input, residual, weight, eps: as for :func:`fused_add_rmsnorm_fp8_block_quant` (H a
+            positive multiple of the format's block).""" + _FORMAT_ARGS_DOC
+rmsnorm_quant.__doc__ = """``normed = rmsnorm(input) * weight; (out, block_scale) = quantize(normed, format)``
+    in one memory pass (no residual).
+
+    Args:
+        input, weight, eps: as for :func:`rmsnorm_fp8_block_quant`.""" + _FORMAT_ARGS_DOC
