@@ -383,3 +383,37 @@ def test_functions_autograd_and_versions():
         ri = torch.randn(4, 64)
     with pytest.raises(RuntimeError, match="inference tensor"):
         torch_fp8norm.fused_add_rmsnorm_quant(x, ri, w, format="mxfp8")
+
+
+def test_module_and_from_rmsnorm_formats():
+    """FusedAddRMSNormFP8 (and from_rmsnorm) with format=: the functions' results, the format's
+    defaults resolved, the options checked at construction."""
+    h = 2880
+    norm = torch.nn.RMSNorm(h, eps=1e-6)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(h) * 0.5 + 1)
+    x = torch.randn(3, 5, h)
+    gs = global_scale_for(x)
+    for fmt, kw in (("mxfp8", {}), ("mxfp4", dict(scale_layout="row", scale_mode="floor")),
+                    ("nvfp4", dict(global_scale=gs))):
+        m = torch_fp8norm.FusedAddRMSNormFP8.from_rmsnorm(norm, format=fmt, **kw)
+        assert m.norm_convention == "torch" and m.format == fmt
+        assert m.scale_layout == kw.get("scale_layout", "swizzled")
+        assert m.scale_mode == (kw.get("scale_mode", "rceil") if fmt != "nvfp4" else None)
+        r1, r2 = torch.randn(3, 5, h), None
+        r2 = r1.clone()
+        with torch.no_grad():
+            got = m(x, r1)
+        want = torch_fp8norm.fused_add_rmsnorm_quant(x, r2, norm.weight.detach(), 1e-6, format=fmt, **kw)
+        assert torch.equal(r1, r2) and torch.equal(got.normed, want.normed)
+        assert torch.equal(as_bytes(got.out), as_bytes(want.out))
+        assert torch.equal(as_bytes(got.block_scale), as_bytes(want.block_scale))
+        assert fmt in repr(m)
+    with pytest.raises(ValueError, match="format 'nvfp4' needs global_scale"):
+        torch_fp8norm.FusedAddRMSNormFP8(h, format="nvfp4")
+    with pytest.raises(RuntimeError, match=r"positive multiple of 32 \(format 'mxfp8'\), got 80"):
+        torch_fp8norm.FusedAddRMSNormFP8(80, format="mxfp8")
+    with pytest.raises(RuntimeError, match="positive multiple of 128, got 2880"):
+        torch_fp8norm.FusedAddRMSNormFP8(h)
+    m = torch_fp8norm.FusedAddRMSNormFP8(256)
+    assert (m.format, m.scale_layout, m.scale_format, m.scale_mode) == ("fp8_1x128", "deepgemm", "fp32", None)

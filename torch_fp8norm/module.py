@@ -1,4 +1,5 @@
-"""A drop-in module: RMSNorm (with the residual add) followed by FP8 1x128 block quantization."""
+"""A drop-in module: RMSNorm (with the residual add) followed by block quantization (FP8 1x128, MXFP8,
+MXFP4 or NVFP4)."""
 from __future__ import annotations
 
 import warnings
@@ -8,9 +9,9 @@ import torch
 from torch import nn
 
 from ._fake import _ACTIVATIONS, _name
-from .ops import (EPS_NONE, BlockQuantized, _check_options, _float_eps, fused_add_rmsnorm_fp8_block_quant,
-                  rmsnorm_fp8_block_quant)
-from .reference import NORM_CONVENTIONS
+from .ops import (EPS_NONE, FORMATS, BlockQuantized, _check_format_options, _check_options, _float_eps,
+                  fused_add_rmsnorm_fp8_block_quant, fused_add_rmsnorm_quant, rmsnorm_fp8_block_quant, rmsnorm_quant)
+from .reference import FORMAT_BLOCK, NORM_CONVENTIONS
 
 
 # Torch's norms that subtract a mean (nn.modules.batchnorm._NormBase: the batch and instance norms).
@@ -20,37 +21,61 @@ _MEAN_SUBTRACTING = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._NormBase)
 class FusedAddRMSNormFP8(nn.Module):
     """``forward(x, residual=None)``: with a residual, ``residual += x`` (in place) and the
     RMSNorm of the new residual; without, the RMSNorm of x; either way times ``weight`` and
-    quantized to FP8 in 1x128 blocks, in one memory pass. Returns a :class:`BlockQuantized`
-    ``(out, block_scale, normed)``.
+    quantized in blocks (``format``: FP8 1x128 by default, or MXFP8, MXFP4, NVFP4), in one memory pass.
+    Returns a :class:`BlockQuantized` ``(out, block_scale, normed)``.
 
     For inference: the weight is a parameter that does not require grad (the ops have no
     backward). ``eps=None`` means ``torch.finfo(torch.float32).eps`` for every input dtype, as
     in ``torch.nn.RMSNorm`` (whose docstring says ``torch.finfo(x.dtype).eps``; its kernels use
     the eps of their float32 arithmetic). The options are those of
-    :func:`fused_add_rmsnorm_fp8_block_quant` (norm_convention included), and so are the errors:
-    TypeError for an argument of the wrong type, RuntimeError for a value the ops refuse (a hidden
-    size that is not a positive multiple of 128, an eps that is not finite and >= 0, an unknown
-    option).
+    :func:`fused_add_rmsnorm_quant` (:func:`fused_add_rmsnorm_fp8_block_quant` for fp8_1x128;
+    None: the format's default, stored resolved), and so are the errors: TypeError for an argument
+    of the wrong type, ValueError for an option that does not apply to the format, RuntimeError for
+    a value the ops refuse (a hidden size that is not a positive multiple of the format's block, an
+    eps that is not finite and >= 0, an unknown option). NVFP4's ``global_scale`` (the encode scale
+    448 * 6 / amax, a float32 tensor of one element) is kept as a buffer of that name.
     """
 
-    def __init__(self, hidden_size: int, eps: Optional[float] = 1e-6, *, scale_layout: str = "deepgemm",
-                 scale_format: str = "fp32", normed: bool = True, norm_convention: str = "torch", device=None,
-                 dtype=None) -> None:
+    def __init__(self, hidden_size: int, eps: Optional[float] = 1e-6, *, format: str = "fp8_1x128",
+                 scale_layout: Optional[str] = None, scale_format: Optional[str] = None,
+                 scale_mode: Optional[str] = None, global_scale: Optional[torch.Tensor] = None, normed: bool = True,
+                 norm_convention: str = "torch", device=None, dtype=None) -> None:
         super().__init__()
         op = type(self).__name__
-        _check_options(scale_layout, scale_format, normed, norm_convention, op)
+        _check_format_options(op, format, scale_layout, scale_format, scale_mode, global_scale, normed,
+                              norm_convention)
+        if format not in FORMATS:
+            raise RuntimeError(f"{op}: format must be one of {FORMATS}, got {format!r}")
+        if format == "fp8_1x128":
+            scale_layout, scale_format = scale_layout or "deepgemm", scale_format or "fp32"
+            _check_options(scale_layout, scale_format, normed, norm_convention, op)
+        else:
+            scale_layout = scale_layout or "swizzled"
+            if scale_layout not in ("swizzled", "row"):
+                raise RuntimeError(f"{op}: scale_layout must be one of ('swizzled', 'row'), got {scale_layout!r}")
+            if format in ("mxfp8", "mxfp4"):
+                scale_mode = scale_mode or "rceil"
+                if scale_mode not in ("rceil", "floor"):
+                    raise RuntimeError(f"{op}: scale_mode must be one of ('rceil', 'floor'), got {scale_mode!r}")
+            if norm_convention not in NORM_CONVENTIONS:
+                raise RuntimeError(f"{op}: norm_convention must be one of {NORM_CONVENTIONS}, got {norm_convention!r}")
         if isinstance(hidden_size, bool) or not isinstance(hidden_size, int):
             raise TypeError(f"{op}: hidden_size must be an int, got {type(hidden_size).__name__}")
-        if hidden_size <= 0 or hidden_size % 128 != 0:
-            raise RuntimeError(f"{op}: the hidden size H must be a positive multiple of 128, got {hidden_size}")
+        block = FORMAT_BLOCK[format]
+        if hidden_size <= 0 or hidden_size % block != 0:
+            raise RuntimeError(f"{op}: the hidden size H must be a positive multiple of {block}"
+                               f"{'' if format == 'fp8_1x128' else f' (format {format!r})'}, got {hidden_size}")
         if eps is not None:
             eps = _float_eps(op, eps)
             if not (eps >= 0 and eps != float("inf")):  # NaN fails the first test
                 raise RuntimeError(f"{op}: eps must be finite and >= 0, got {eps:g}")
         self.hidden_size = hidden_size
         self.eps = eps
+        self.format = format
         self.scale_layout = scale_layout
         self.scale_format = scale_format
+        self.scale_mode = scale_mode
+        self.register_buffer("global_scale", global_scale)
         self.normed = normed
         self.norm_convention = norm_convention
         self.weight = nn.Parameter(torch.ones(hidden_size, device=device, dtype=dtype), requires_grad=False)
@@ -61,8 +86,8 @@ class FusedAddRMSNormFP8(nn.Module):
         module with a ``weight`` of shape (H,), an ``eps`` or ``variance_epsilon`` attribute and no
         bias that computes ``x * rsqrt(mean(x**2) + eps) * weight`` (e.g. Hugging Face's
         ``LlamaRMSNorm``, vLLM's ``RMSNorm``; not Gemma's, which multiplies by ``1 + weight``). The
-        weight is shared, not copied. ``options``: scale_layout, scale_format, normed,
-        norm_convention.
+        weight is shared, not copied. ``options``: those of the constructor (format, scale_layout,
+        scale_format, scale_mode, global_scale, normed, norm_convention).
 
         The norm's own forward is run on a small probe input (rows whose mean square is 1, or near
         eps, where eps decides the result; on the weight's device, in its dtype, or in bfloat16
@@ -107,21 +132,37 @@ class FusedAddRMSNormFP8(nn.Module):
 
     def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None) -> BlockQuantized:
         """With a residual: ``residual += x`` in place, then the RMSNorm of the new residual, times
-        ``weight``, quantized to FP8 in 1x128 blocks (:func:`fused_add_rmsnorm_fp8_block_quant`);
-        without: the same of ``x`` (:func:`rmsnorm_fp8_block_quant`). x and residual: (..., H).
+        ``weight``, quantized in the module's format (:func:`fused_add_rmsnorm_quant`, or for
+        fp8_1x128 :func:`fused_add_rmsnorm_fp8_block_quant`); without: the same of ``x``
+        (:func:`rmsnorm_quant`, :func:`rmsnorm_fp8_block_quant`). x and residual: (..., H).
         Returns ``BlockQuantized(out, block_scale, normed)`` in the module's scale layout and
         format (``normed`` None with ``normed=False``). Raises RuntimeError, before writing
         anything, where autograd would record the call (no backward)."""
-        eps = EPS_NONE if self.eps is None else self.eps
-        options = dict(scale_layout=self.scale_layout, scale_format=self.scale_format, normed=self.normed,
-                       norm_convention=self.norm_convention)
-        if residual is None:
-            return rmsnorm_fp8_block_quant(x, self.weight, eps, **options)
-        return fused_add_rmsnorm_fp8_block_quant(x, residual, self.weight, eps, **options)
+        return _forward(self, x, residual, self.norm_convention, self.normed)
 
     def extra_repr(self) -> str:
-        return (f"{self.hidden_size}, eps={self.eps}, scale_layout={self.scale_layout!r}, "
-                f"scale_format={self.scale_format!r}, normed={self.normed}, norm_convention={self.norm_convention!r}")
+        fmt = "" if self.format == "fp8_1x128" else f"format={self.format!r}, "
+        options = (f"scale_format={self.scale_format!r}" if self.format == "fp8_1x128"
+                   else f"scale_mode={self.scale_mode!r}" if self.scale_mode else "global_scale")
+        return (f"{self.hidden_size}, eps={self.eps}, {fmt}scale_layout={self.scale_layout!r}, {options}, "
+                f"normed={self.normed}, norm_convention={self.norm_convention!r}")
+
+
+def _forward(m: FusedAddRMSNormFP8, x: torch.Tensor, residual: Optional[torch.Tensor], norm_convention: str,
+             normed: bool) -> BlockQuantized:
+    """The module's call under a norm convention (forward's, or a candidate of from_rmsnorm's probe)."""
+    eps = EPS_NONE if m.eps is None else m.eps
+    if m.format == "fp8_1x128":
+        options = dict(scale_layout=m.scale_layout, scale_format=m.scale_format, normed=normed,
+                       norm_convention=norm_convention)
+        if residual is None:
+            return rmsnorm_fp8_block_quant(x, m.weight, eps, **options)
+        return fused_add_rmsnorm_fp8_block_quant(x, residual, m.weight, eps, **options)
+    options = dict(format=m.format, scale_layout=m.scale_layout, scale_mode=m.scale_mode,
+                   global_scale=m.global_scale, normed=normed, norm_convention=norm_convention)
+    if residual is None:
+        return rmsnorm_quant(x, m.weight, eps, **options)
+    return fused_add_rmsnorm_quant(x, residual, m.weight, eps, **options)
 
 
 def _probe_rows(h: int, eps: float, dtype: torch.dtype, device, seed: int = 0) -> torch.Tensor:
@@ -191,10 +232,10 @@ def _probe(norm: nn.Module, name: str, module: FusedAddRMSNormFP8, forced: Optio
     for conv in candidates:
         with torch.no_grad():
             if with_residual is None:
-                ours = (rmsnorm_fp8_block_quant(x, w, eps, norm_convention=conv).normed,)
+                ours = (_forward(module, x, None, conv, True).normed,)
             else:
                 rc = r.clone()
-                ours = (fused_add_rmsnorm_fp8_block_quant(x, rc, w, eps, norm_convention=conv).normed, rc)
+                ours = (_forward(module, x, rc, conv, True).normed, rc)
         diffs = [_compare(o, t.to(o.dtype), w.dtype, forced is not None) for o, t in zip(ours, theirs)]
         bad = next((d for d in diffs if d is not None), None)
         if bad is None:
