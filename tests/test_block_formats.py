@@ -417,3 +417,28 @@ def test_module_and_from_rmsnorm_formats():
         torch_fp8norm.FusedAddRMSNormFP8(h)
     m = torch_fp8norm.FusedAddRMSNormFP8(256)
     assert (m.format, m.scale_layout, m.scale_format, m.scale_mode) == ("fp8_1x128", "deepgemm", "fp32", None)
+
+
+@pytest.mark.parametrize("fmt", ["mxfp8", "mxfp4", "nvfp4"])
+def test_consumer_view_of_the_swizzled_outputs(fmt):
+    """What a GEMM consuming the op's outputs sees: the swizzled scales are torchao's to_blocked of
+    the row layout's (zero padding included), and codes x scales (x 1/gs) give back the op's normed
+    values within half a code step at the scaled value (no saturation under "rceil" and NVFP4's
+    encode scale)."""
+    blocked = pytest.importorskip("torchao.prototype.mx_formats.utils").to_blocked
+    m, h = 200, 2880
+    x = torch.randn(m, h, dtype=torch.bfloat16)
+    w = (torch.randn(h) * 0.5 + 1).to(torch.bfloat16)
+    gs = global_scale_for(torch.ops.fp8norm.rmsnorm_quant(x, w, 1e-6, "mxfp8")[2]) if fmt == "nvfp4" else None
+    out, s, n = ops.rmsnorm_quant(x, w, 1e-6, fmt, "swizzled", None, None, gs)
+    _, s_row, _ = ops.rmsnorm_quant(x, w, 1e-6, fmt, "row", None, None, gs)
+    assert torch.equal(s.view(torch.uint8).flatten(), blocked(s_row.view(torch.uint8)).flatten())
+    block = R.FORMAT_BLOCK[fmt]
+    y = R.dequantize(out, R.unswizzle_128x4(s, m, h // block), fmt, gs).view(m, -1, block)
+    step = (s_row.float() / gs if fmt == "nvfp4" else s_row.float())[..., None]
+    v = (n.float().view(m, -1, block) / step).abs()
+    if fmt == "mxfp8":
+        half = torch.where(v < 2 ** -6, 2.0 ** -10, torch.ldexp(torch.ones_like(v), torch.frexp(v)[1] - 5))
+    else:
+        half = torch.where(v < 2, 0.25, torch.where(v < 4, 0.5, 1.0))
+    assert bool(((y - n.float().view(m, -1, block)).abs() <= half * step * (1 + 2 ** -10)).all())

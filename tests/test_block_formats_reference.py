@@ -197,7 +197,7 @@ def test_dequantized_swizzled_scales_give_back_normed(fmt):
     step = (s.float() / gs if fmt == "nvfp4" else s.float())[..., None]    # one unit of the element grid
     v = (x.view(m, -1, block) / step).abs()                                # the scaled magnitudes
     if fmt == "mxfp8":
-        half = torch.where(v < 2 ** -6, 2.0 ** -10, torch.ldexp(torch.ones(()), torch.frexp(v)[1] - 5))
+        half = torch.where(v < 2 ** -6, 2.0 ** -10, torch.ldexp(torch.ones_like(v), torch.frexp(v)[1] - 5))
     else:
         half = torch.where(v < 2, 0.25, torch.where(v < 4, 0.5, 1.0))
     assert bool((v <= (R.FP8_MAX if fmt == "mxfp8" else R.E2M1_MAX) * 1.0625).all())
