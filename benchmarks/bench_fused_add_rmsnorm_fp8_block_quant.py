@@ -14,6 +14,11 @@ Byte model (bf16): read input, read residual, write residual, write normed (4 x 
     bytes = 9*M*H + 4*M*H/128 + 2*H      (normed_out=None: 7*M*H + ...)
 --no-residual: 5*M*H + ... (normed_out=None: 3*M*H + ...).
 
+--format mxfp8 / mxfp4 / nvfp4 times fp8norm.fused_add_rmsnorm_quant (rmsnorm_quant) in that block
+format instead, scales in --scale-layout (swizzled: the padded 128x4 layout; row), its bytes in the
+model: 1 B per code (mxfp8) or 0.5 (the fp4 formats), 1 B per scale (the swizzled padding counted),
+nvfp4's global scale (4 B) left out; torch.compile times its reference (reference.quantize).
+
 --packed adds the op writing packed UE8M0 scales (int32, four exponents per word) instead of
 float32 ones. --layer times a whole layer instead (CUDA, sm_90): examples/fp8_linear.py's fused
 norm + quantization + blockwise FP8 GEMM against the unfused layer and the bf16 layer under
@@ -50,6 +55,9 @@ WALL_SPREAD_LIMIT = 2.0
 REMEASURE = 2
 SLEEP_CYCLES = 1 << 21    # GPU spin before each timed sample, so the host has queued the replays
 OP_NAMES = {True: "fused_add_rmsnorm_fp8_block_quant", False: "rmsnorm_fp8_block_quant"}
+QUANT_OP_NAMES = {True: "fused_add_rmsnorm_quant", False: "rmsnorm_quant"}
+# The block format timed (--format, --scale-layout, --scale-mode): fp8_1x128 is the fp8 ops.
+FORMAT = dict(format="fp8_1x128", scale_layout=None, scale_mode=None)
 
 
 def _grid(ms, hs, extra=()):
@@ -64,19 +72,40 @@ GRIDS = {
                    [(2048, 32768), (16384, 32768), (2048, 65536), (16384, 65536)]),
     "full": _grid([1, 16, 128, 512, 2048, 8192, 16384, 32768],
                   [1152, 2048, 4096, 5120, 6144, 7168, 8192, 16384, 32768, 65536]),
+    # the block formats' default: gpt-oss's H = 2880 beside the common sizes
+    "formats": _grid([1, 16, 128, 2048, 16384], [2880, 4096, 7168, 8192, 16384]),
+    "formats-cpu": _grid([1, 16, 1024], [2880, 4096, 7168]),
 }
 
 
+def scale_bytes(m: int, h: int) -> int:
+    """Bytes of one [M, H] call's block_scale in FORMAT (the swizzled layout's padding included)."""
+    fmt = FORMAT["format"]
+    if fmt == "fp8_1x128":
+        return 4 * m * (h // 128)
+    ks = h // R.FORMAT_BLOCK[fmt]
+    if FORMAT["scale_layout"] == "row":
+        return m * ks
+    return (m + 127) // 128 * 128 * ((ks + 3) // 4 * 4)
+
+
+def code_bytes(m: int, h: int) -> int:
+    """Bytes of one [M, H] call's out in FORMAT: 1 per element, 1/2 for the fp4 formats."""
+    return m * h // 2 if FORMAT["format"] in ("mxfp4", "nvfp4") else m * h
+
+
 def byte_count(m: int, h: int, dtype: torch.dtype, normed: bool = True, residual: bool = True) -> int:
-    """The byte model above (the weight counted in the input's dtype)."""
+    """The byte model above (the weight counted in the input's dtype), in FORMAT."""
     e = torch.empty((), dtype=dtype).element_size()
     streams = (4 if normed else 3) if residual else (2 if normed else 1)
-    return (streams * e + 1) * m * h + 4 * m * (h // 128) + e * h
+    return streams * e * m * h + code_bytes(m, h) + scale_bytes(m, h) + e * h
 
 
 def set_bytes(m: int, h: int, dtype, wdtype, residual: bool) -> int:
     """Bytes of one buffer set as allocated (block_scale padded to round_up(M, 4) rows)."""
     e, we = dtype.itemsize, wdtype.itemsize
+    if FORMAT["format"] != "fp8_1x128":
+        return (3 if residual else 2) * e * m * h + code_bytes(m, h) + we * h + scale_bytes(m, h)
     mp = torch_fp8norm.block_scale_strides(m, h)[1]
     return ((3 if residual else 2) * e + 1) * m * h + we * h + 4 * (h // 128) * mp
 
@@ -95,10 +124,20 @@ def op_sets(m, h, n, dtype, wdtype, residual, device, strided_input=False):
     x = torch.randn(n, m, 2 * h if strided_input else h, dtype=dtype, device=device)[..., :h]
     r = torch.randn(n, m, h, dtype=dtype, device=device) if residual else None
     w = torch.randn(n, h, device=device).mul_(0.5).add_(1).to(wdtype)
-    out = torch.empty(n, m, h, dtype=torch.float8_e4m3fn, device=device)
-    mp = torch_fp8norm.block_scale_strides(m, h)[1]
-    scale = torch.empty(n, h // 128, mp, device=device).transpose(1, 2)[:, :m]  # [n, M, H/128]
     normed = torch.empty(n, m, h, dtype=dtype, device=device)
+    fmt = FORMAT["format"]
+    if fmt != "fp8_1x128":  # the format's outputs, as the functional op allocates them
+        fp4 = fmt in ("mxfp4", "nvfp4")
+        out = torch.empty(n, m, code_bytes(m, h) // max(m, 1), dtype=torch.uint8, device=device)
+        out = out.view(torch.float4_e2m1fn_x2 if fp4 else torch.float8_e4m3fn)
+        ks = h // R.FORMAT_BLOCK[fmt]
+        shape = (m, ks) if FORMAT["scale_layout"] == "row" else ((m + 127) // 128 * 128, (ks + 3) // 4 * 4)
+        scale = torch.zeros(n, *shape, dtype=torch.uint8, device=device)
+        scale = scale.view(torch.float8_e4m3fn if fmt == "nvfp4" else torch.float8_e8m0fnu)
+    else:
+        out = torch.empty(n, m, h, dtype=torch.float8_e4m3fn, device=device)
+        mp = torch_fp8norm.block_scale_strides(m, h)[1]
+        scale = torch.empty(n, h // 128, mp, device=device).transpose(1, 2)[:, :m]  # [n, M, H/128]
     return [((x[i], r[i], w[i]) if residual else (x[i], w[i]), out[i], scale[i], normed[i])
             for i in range(n)]
 
@@ -177,8 +216,29 @@ def time_wall(fn, calls: int | None, replays: int, sync=lambda: None):
 CONVENTION = ()  # the op's and the reference's norm_convention argument (--norm-convention; none: "torch")
 
 
+GLOBAL_SCALE: dict = {}  # nvfp4: the global scale on each device (one float32 element)
+
+
+def global_scale(device):
+    if device not in GLOBAL_SCALE:
+        GLOBAL_SCALE[device] = torch.tensor([448 * 6 / 8.0], device=device)
+    return GLOBAL_SCALE[device]
+
+
+def format_args(device):
+    """The quant ops' arguments after eps for FORMAT: format, scale_layout, scale_format,
+    scale_mode, global_scale, norm_convention."""
+    fmt = FORMAT["format"]
+    return (fmt, FORMAT["scale_layout"], None, FORMAT["scale_mode"],
+            global_scale(device) if fmt == "nvfp4" else None, *(CONVENTION or (None,)))
+
+
 def _reference(*ins):
     """The reference with the benchmark's eps: (x, r, w), or (x, w) without a residual."""
+    if FORMAT["format"] != "fp8_1x128":
+        fmt, layout, _, mode, gs, conv = format_args(ins[0].device)
+        name = QUANT_OP_NAMES[len(ins) == 3]
+        return getattr(R, name)(*ins, EPS, fmt, layout or "swizzled", mode, gs, conv or "torch")
     return getattr(R, OP_NAMES[len(ins) == 3])(*ins, EPS, False, *CONVENTION)
 
 
@@ -209,13 +269,15 @@ def bench_shape(m, h, args, l2, compiled_ref):
         del sets
     rec["sets"]["op"] = n_sets(set_bytes(m, h, dtype, wdtype, residual), l2, args.cold)
     sets = op_sets(m, h, rec["sets"]["op"], dtype, wdtype, residual, dev, args.strided_input)
-    op = getattr(torch.ops.fp8norm, OP_NAMES[residual]).out
-    conv = CONVENTION
-    run("op", lambda ins, o, s, n: op(*ins, EPS, False, *conv, out=o, block_scale=s, normed_out=n), sets)
-    run("op_nonormed", lambda ins, o, s, n: op(*ins, EPS, False, *conv, out=o, block_scale=s, normed_out=None), sets)
+    if FORMAT["format"] != "fp8_1x128":
+        op, opts = getattr(torch.ops.fp8norm, QUANT_OP_NAMES[residual]).out, format_args(dev)
+    else:
+        op, opts = getattr(torch.ops.fp8norm, OP_NAMES[residual]).out, (False, *CONVENTION)
+    run("op", lambda ins, o, s, n: op(*ins, EPS, *opts, out=o, block_scale=s, normed_out=n), sets)
+    run("op_nonormed", lambda ins, o, s, n: op(*ins, EPS, *opts, out=o, block_scale=s, normed_out=None), sets)
     if args.packed:
         packed = packed_scales(m, h, len(sets), dev)
-        run("op_packed", lambda ins, o, p, n: op(*ins, EPS, True, *conv, out=o, block_scale=p, normed_out=n),
+        run("op_packed", lambda ins, o, p, n: op(*ins, EPS, True, *CONVENTION, out=o, block_scale=p, normed_out=n),
             [(ins, o, p, n) for (ins, o, _, n), p in zip(sets, packed)])
     if compiled_ref is not None:
         run("compile", lambda ins, *_: compiled_ref(*ins), sets)
@@ -349,8 +411,11 @@ def header(meta) -> str:
     how = HOW[meta["mode"]].format(l2=meta["l2_bytes"] / 2**20, max_sets=MAX_SETS, calls=meta["calls"],
                                    replays=meta["replays"], sync=", synchronized at each repeat's end" if meta["device"] == "cuda" else "")
     conv = meta.get("norm_convention", "torch")
+    fmt = meta.get("format", "fp8_1x128")
     opts = (f", norm_convention {conv}" if conv != "torch" else "") + (
-        ", input row stride 2H" if meta.get("strided_input") else "")
+        ", input row stride 2H" if meta.get("strided_input") else "") + (
+        f", format {fmt} ({meta['scale_layout']} scales{', ' + meta['scale_mode'] if meta.get('scale_mode') else ''})"
+        if fmt != "fp8_1x128" else "")
     return (f"# {meta['op']} on {where}, {meta['dtype']} (weight {meta['weight_dtype']}{opts}), "
             f"torch {meta['torch']}: {how}")
 
@@ -463,17 +528,17 @@ def measure(shapes, args, l2, meta):
             torch.cuda.empty_cache()
 
 
-def parse_shapes(text: str, error) -> list:
-    """--shapes "MxH,...": M >= 1 rows, H a positive multiple of 128 (what the op takes); else
-    error(message), argparse's usage error."""
+def parse_shapes(text: str, error, block: int = 128) -> list:
+    """--shapes "MxH,...": M >= 1 rows, H a positive multiple of the format's block (what the op
+    takes); else error(message), argparse's usage error."""
     shapes = []
     for item in text.split(","):
         try:
             m, h = (int(v) for v in item.strip().split("x"))
         except ValueError:
             error(f"--shapes: {item!r} is not MxH (e.g. 16x7168)")
-        if m < 1 or h < 1 or h % 128:
-            error(f"--shapes: {item!r}: M must be >= 1 and H a positive multiple of 128")
+        if m < 1 or h < 1 or h % block:
+            error(f"--shapes: {item!r}: M must be >= 1 and H a positive multiple of {block}")
         shapes.append((m, h))
     return shapes
 
@@ -515,9 +580,24 @@ def main(argv=None):
                    help="input rows with row stride 2H (views of wider rows; the bytes read are the same)")
     p.add_argument("--norm-convention", default="torch", choices=list(R.NORM_CONVENTIONS),
                    help="the op's (and the reference's) norm_convention")
+    p.add_argument("--format", default="fp8_1x128", choices=list(R.FORMATS),
+                   help="the block format (mxfp8, mxfp4, nvfp4: fp8norm.fused_add_rmsnorm_quant; default grid "
+                        "'formats', H 2880 too)")
+    p.add_argument("--scale-layout", default=None, choices=["swizzled", "row"],
+                   help="the block formats' scale layout (default swizzled)")
+    p.add_argument("--scale-mode", default=None, choices=list(R.SCALE_MODES), help="MX scale mode (default rceil)")
     args = p.parse_args(argv)
     global CONVENTION
     CONVENTION = () if args.norm_convention == "torch" else (args.norm_convention,)
+    blocks = args.format != "fp8_1x128"
+    if not blocks and (args.scale_layout or args.scale_mode):
+        p.error("--scale-layout and --scale-mode apply to the block formats (--format mxfp8, mxfp4, nvfp4)")
+    if args.scale_mode and args.format == "nvfp4":
+        p.error("--scale-mode applies to the MX formats (mxfp8, mxfp4)")
+    if blocks and (args.packed or args.call_cost or args.layer):
+        p.error("--packed, --call-cost and --layer time the fp8_1x128 ops: leave out --format")
+    FORMAT.update(format=args.format, scale_layout=(args.scale_layout or "swizzled") if blocks else None,
+                  scale_mode=(args.scale_mode or "rceil") if args.format in ("mxfp8", "mxfp4") else None)
     if args.plot:
         try:
             import matplotlib  # noqa: F401  (plot() draws with it, after all the measuring)
@@ -537,16 +617,19 @@ def main(argv=None):
     if args.layer and args.device != "cuda":
         p.error("--layer needs CUDA")
     if args.shapes:
-        shapes = parse_shapes(args.shapes, p.error)
+        shapes = parse_shapes(args.shapes, p.error, R.FORMAT_BLOCK[args.format])
     elif args.call_cost:
         shapes = [(1, 7168)]
     elif args.layer:
         shapes = LAYER_SHAPES
     else:
-        shapes = GRIDS[args.grid or ("small" if args.device == "cuda" else "cpu")]
+        default = ("small" if args.device == "cuda" else "cpu") if not blocks else (
+            "formats" if args.device == "cuda" else "formats-cpu")
+        shapes = GRIDS[args.grid or default]
     cuda = args.device == "cuda"
     l2 = (getattr(torch.cuda.get_device_properties(), "L2_cache_size", 0) or L2_FALLBACK) if cuda else 0
-    meta = dict(op=OP_NAMES[not args.no_residual], device=args.device,
+    meta = dict(op=(QUANT_OP_NAMES if blocks else OP_NAMES)[not args.no_residual], device=args.device,
+                format=args.format, scale_layout=FORMAT["scale_layout"], scale_mode=FORMAT["scale_mode"],
                 name=torch.cuda.get_device_name() if cuda else "cpu", torch=torch.__version__,
                 dtype=args.dtype, weight_dtype=str(args.wdtype_t).replace("torch.", ""),
                 weight_fp32=args.weight_fp32, norm_convention=args.norm_convention,

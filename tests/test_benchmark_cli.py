@@ -229,3 +229,36 @@ def test_benchmark_plot(bench, tmp_path, capsys):
     png = tmp_path / "p.png"
     bench.main([*FAST, "--shapes", "2x256,4x256", "--plot", str(png)])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_benchmark_block_formats(bench, tmp_path, capsys):
+    """--format times fp8norm.fused_add_rmsnorm_quant in that format: its bytes (codes 1 B or 1/2 B
+    per element, 1 B per scale with the swizzled padding), header, JSON; the buffer sets are the
+    functional op's outputs; the options that do not apply are usage errors."""
+    out = tmp_path / "fmt.json"
+    bench.main([*FAST, "--shapes", "3x96", "--format", "mxfp4", "--json", str(out)])
+    assert "format mxfp4 (swizzled scales, rceil)" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["op"] == "fused_add_rmsnorm_quant" and data["format"] == "mxfp4"
+    (rec,) = data["records"]
+    m, h = 3, 96
+    assert rec["bytes"] == 8 * m * h + m * h // 2 + 128 * 4 + 2 * h
+    assert rec["bytes_nonormed"] == 6 * m * h + m * h // 2 + 128 * 4 + 2 * h
+    bench.main([*FAST, "--shapes", "3x96", "--format", "nvfp4", "--scale-layout", "row", "--json", str(out)])
+    (rec,) = json.loads(out.read_text())["records"]
+    assert rec["bytes"] == 8 * m * h + m * h // 2 + m * h // 16 + 2 * h and rec["us"]["op"] > 0
+    capsys.readouterr()
+    for fmt, layout in (("mxfp8", "swizzled"), ("nvfp4", "row")):
+        bench.FORMAT.update(format=fmt, scale_layout=layout, scale_mode=None)
+        ((ins, o, s, n),) = bench.op_sets(5, 96, 1, torch.bfloat16, torch.bfloat16, True, "cpu")
+        want = torch.ops.fp8norm.fused_add_rmsnorm_quant(*ins, 1e-6, *bench.format_args("cpu"))
+        assert (o.shape, o.dtype, s.shape, s.dtype) == (want[0].shape, want[0].dtype, want[1].shape, want[1].dtype)
+    for argv, words in ((["--format", "mxfp8", "--packed"], "time the fp8_1x128 ops"),
+                        (["--scale-layout", "row"], "apply to the block formats"),
+                        (["--format", "nvfp4", "--scale-mode", "floor"], "applies to the MX formats"),
+                        (["--format", "mxfp8", "--shapes", "2x80"], "H a positive multiple of 32")):
+        with pytest.raises(SystemExit) as exit_info:
+            bench.main([*FAST, "--shapes", "2x256", *argv])
+        assert exit_info.value.code == 2 and words in capsys.readouterr().err, argv
+    bench.main([*FAST, "--shapes", "2x256", "--skip-eager"])  # and back to fp8_1x128
+    assert json.loads(out.read_text())["format"] == "nvfp4" and "format" not in capsys.readouterr().out.split("\n")[0]
