@@ -192,7 +192,8 @@ void check_fp8_block_scale(const char* op, const Info& input, const Quant& q, co
   const bool packed = block_scale.dtype == ScalarType::Int;
   if (q.packed < 0) {
     FP8NORM_CHECK(block_scale.dtype == ScalarType::Float || (packed && q.ue8m0), op,
-                  ": block_scale must have dtype float32, or int32 (packed UE8M0 exponents) with scale_ue8m0=True, got ",
+                  ": block_scale must have dtype float32, or int32 (packed UE8M0 exponents) with "
+                  "scale_ue8m0=True, got ",
                   dtype_str(block_scale.dtype), q.ue8m0 ? "" : " (scale_ue8m0=False)");
   } else {
     FP8NORM_CHECK(packed == (q.packed == 1) && (packed || block_scale.dtype == ScalarType::Float), op,
@@ -227,14 +228,16 @@ void check_byte_block_scale(const char* op, const Info& input, const Quant& q, c
                 ": block_scale must have shape [round_up(M, 128), round_up(", ks_name, ", 4)] = [", mp, ", ", kp,
                 "] (scale_layout 'swizzled'), got ", to_str(block_scale.sizes));
   FP8NORM_CHECK(block_scale.numel() == 0 || (block_scale.strides[0] == kp && block_scale.strides[1] == 1), op,
-                ": block_scale must be contiguous (scale_layout 'swizzled'), got strides ", to_str(block_scale.strides));
+                ": block_scale must be contiguous (scale_layout 'swizzled'), got strides ",
+                to_str(block_scale.strides));
 }
 
 void check_global_scale(const char* op, const Info& input, const Info& g) {
   FP8NORM_CHECK(g.dtype == ScalarType::Float, op, ": global_scale must have dtype float32, got ", dtype_str(g.dtype));
   FP8NORM_CHECK(g.device == input.device, op, ": global_scale must be on ", device_str(input.device),
                 " like input (the kernels read it there), got ", device_str(g.device));
-  FP8NORM_CHECK(g.numel() == 1, op, ": global_scale must have one element (the per-tensor NVFP4 encode scale), got shape ",
+  FP8NORM_CHECK(g.numel() == 1, op,
+                ": global_scale must have one element (the per-tensor NVFP4 encode scale), got shape ",
                 to_str(g.sizes));
 }
 
@@ -445,10 +448,11 @@ Outputs allocate_outputs(const Tensor& input, const Info& info, const Quant& q) 
   if (q.format == Format::kFp8_1x128) {
     const bool packed = q.packed == 1;
     const int64_t cols = packed ? (h / kBlock + 3) / 4 : h / kBlock;
-    const std::array<int64_t, 2> strides = q.layout == ScaleLayout::kRow       ? std::array<int64_t, 2>{cols, 1}
-                                           : q.layout == ScaleLayout::kScaledMm ? std::array<int64_t, 2>{1, std::max<int64_t>(m, 1)}
-                                                                                : std::array<int64_t, 2>{1, scale_column_stride(m)};
-    Tensor scale = empty({m, cols}, strides, packed ? aoti_torch_dtype_int32() : aoti_torch_dtype_float32());
+    // deepgemm: (1, round_up(M, 4)); scaled_mm: (1, max(M, 1)); row: contiguous.
+    const int64_t col_stride = q.layout == ScaleLayout::kScaledMm ? std::max<int64_t>(m, 1) : scale_column_stride(m);
+    const bool row = q.layout == ScaleLayout::kRow;
+    Tensor scale = empty({m, cols}, {row ? cols : 1, row ? 1 : col_stride},
+                         packed ? aoti_torch_dtype_int32() : aoti_torch_dtype_float32());
     return {std::move(out), std::move(scale), std::move(normed)};
   }
   const int32_t scale_dtype = q.format == Format::kNvfp4 ? e4m3 : e8m0;

@@ -28,8 +28,8 @@ namespace {
 #define FP8NORM_CPU_X86_ISAS 0
 #endif
 
-// N values (a quantization block) between a storage type and float: to_float (exact), round (f = float(T(f)):
-// to nearest even) and store (f already a T's value). Loops the compiler vectorizes; float16 in
+// N values (a quantization block) between a storage type and float: to_float (exact), round
+// (f = float(T(f)): to nearest even) and store (f already a T's value). Loops the compiler vectorizes; float16 in
 // the AVX2 / AVX-512 builds (F16C) by the conversion instructions, 8 values each (c10::Half's
 // portable conversions go one element at a time). The same values (NaN stays NaN, its payload
 // may differ).
