@@ -251,23 +251,36 @@ C10_HOST_DEVICE inline float mx_multiplier(uint32_t byte, bool floor) {
 // NVFP4, all float32 and correctly rounded (FlashInfer's quantizer without fast math): the block
 // scale before its e4m3 conversion, sf = vmax * (gs * fp32(1/6)) (0 for vmax 0), and, from the
 // stored scale's value b, the multiplier os = fmin(1 / (b * (1 / gs)), FLT_MAX) (0 for vmax 0;
-// fmin takes FLT_MAX where the quotient is NaN).
-C10_HOST_DEVICE inline float nvfp4_scale(float vmax, float gs) {
+// fmin takes FLT_MAX where the quotient is NaN). gs * fp32(1/6) and 1 / gs depend on gs alone:
+// Nvfp4Global holds them, computed once per row, the same values.
+struct Nvfp4Global {
+  float gs_sixth, inv_gs;
+};
+
+C10_HOST_DEVICE inline Nvfp4Global nvfp4_global(float gs) {
   constexpr float kSixth = 1.0f / 6.0f;
 #ifdef __CUDA_ARCH__
-  return vmax == 0.0f ? 0.0f : __fmul_rn(vmax, __fmul_rn(gs, kSixth));
+  return {__fmul_rn(gs, kSixth), __fdiv_rn(1.0f, gs)};
 #else
-  return vmax == 0.0f ? 0.0f : vmax * (gs * kSixth);
+  return {gs * kSixth, 1.0f / gs};
 #endif
 }
 
-C10_HOST_DEVICE inline float nvfp4_multiplier(float vmax, float b, float gs) {
+C10_HOST_DEVICE inline float nvfp4_scale(float vmax, Nvfp4Global g) {
+#ifdef __CUDA_ARCH__
+  return vmax == 0.0f ? 0.0f : __fmul_rn(vmax, g.gs_sixth);
+#else
+  return vmax == 0.0f ? 0.0f : vmax * g.gs_sixth;
+#endif
+}
+
+C10_HOST_DEVICE inline float nvfp4_multiplier(float vmax, float b, Nvfp4Global g) {
   constexpr float kFltMax = 3.40282346638528859812e+38f;
   if (vmax == 0.0f) return 0.0f;
 #ifdef __CUDA_ARCH__
-  return fminf(__fdiv_rn(1.0f, __fmul_rn(b, __fdiv_rn(1.0f, gs))), kFltMax);
+  return fminf(__fdiv_rn(1.0f, __fmul_rn(b, g.inv_gs)), kFltMax);
 #else
-  return std::fmin(1.0f / (b * (1.0f / gs)), kFltMax);
+  return std::fmin(1.0f / (b * g.inv_gs), kFltMax);
 #endif
 }
 

@@ -71,15 +71,17 @@ struct Block<torch::headeronly::Half, true, N> {
 #undef FP8NORM_F16C
 #endif
 
-// The quantizers: one block of N normed values g (floats of the dtype's values) -> its codes in the
-// row's out bytes and its scale. block(a, row, b, g, out_row) quantizes block b of the row;
-// row_end(a, row) writes what the row owns beyond its blocks (the swizzled layout's padding).
+// The quantizers, one object per row (constructed from the arguments: what a row's blocks share):
+// block(a, row, b, g, out_row) quantizes block b's N normed values g (floats of the dtype's values)
+// into the row's out bytes and its scale; row_end(a, row) writes what the row owns beyond its
+// blocks (the swizzled layout's padding).
 
 // fp8_1x128: float32 scale amax / 448 (UE8M0-rounded with a.ue8m0), in a.block_scale's strides or
 // packed; codes g / scale.
 struct Fp8Block {
   static constexpr int kN = kBlock;
-  static C10_ALWAYS_INLINE void block(const RowArgs& a, int64_t row, int64_t b, const float* g, uint8_t* out) {
+  explicit Fp8Block(const RowArgs&) {}
+  C10_ALWAYS_INLINE void block(const RowArgs& a, int64_t row, int64_t b, const float* g, uint8_t* out) {
     uint32_t amax = 0;
     for (int j = 0; j < kN; ++j) amax = std::max(amax, abs_bits(g[j]));
     const float scale = block_scale_from_amax_bits(amax, a.ue8m0);
@@ -91,7 +93,7 @@ struct Fp8Block {
     }
     for (int j = 0; j < kN; ++j) out[b * kN + j] = fp8e4m3fn_saturating(scaled(g[j], scale));
   }
-  static void row_end(const RowArgs&, int64_t) {}
+  void row_end(const RowArgs&, int64_t) {}
 };
 
 // The one-byte scales of the block formats: row-major, or the 128x4 swizzle.
@@ -108,11 +110,14 @@ void zero_padding_columns(const RowArgs& a, int64_t row) {
   for (int64_t k = a.hidden / N; k < 4 * a.scale_k_tiles; ++k) store_scale_byte(a, row, k, 0);
 }
 
-// N codes -> out bytes: float8_e4m3fn, or e2m1 pairs (element 2j in the low nibble of byte j).
+// N codes -> out bytes: float8_e4m3fn, or e2m1 pairs (element 2j in the low nibble of byte j). The
+// codes first, in a loop of N that vectorizes, then the pairs.
 template <int N, bool Fp4>
 C10_ALWAYS_INLINE void store_codes(const float* v, uint8_t* out) {
   if constexpr (Fp4) {
-    for (int j = 0; j < N / 2; ++j) out[j] = static_cast<uint8_t>(e2m1_code(v[2 * j]) | (e2m1_code(v[2 * j + 1]) << 4));
+    uint32_t c[N];
+    for (int j = 0; j < N; ++j) c[j] = e2m1_code(v[j]);
+    for (int j = 0; j < N / 2; ++j) out[j] = static_cast<uint8_t>(c[2 * j] | (c[2 * j + 1] << 4));
   } else {
     for (int j = 0; j < N; ++j) out[j] = fp8e4m3fn_saturating(v[j]);
   }
@@ -123,7 +128,8 @@ C10_ALWAYS_INLINE void store_codes(const float* v, uint8_t* out) {
 template <bool Fp4>
 struct MxBlock {
   static constexpr int kN = 32;
-  static C10_ALWAYS_INLINE void block(const RowArgs& a, int64_t row, int64_t b, const float* g, uint8_t* out) {
+  explicit MxBlock(const RowArgs&) {}
+  C10_ALWAYS_INLINE void block(const RowArgs& a, int64_t row, int64_t b, const float* g, uint8_t* out) {
     uint32_t amax = 0;
     for (int j = 0; j < kN; ++j) amax = std::max(amax, abs_bits(g[j]));
     const uint32_t byte = a.scale_floor ? e8m0_floor(amax, Fp4 ? kE2m1Emax : kE4m3Emax)
@@ -134,16 +140,17 @@ struct MxBlock {
     for (int j = 0; j < kN; ++j) v[j] = g[j] * r;
     store_codes<kN, Fp4>(v, out + (Fp4 ? b * kN / 2 : b * kN));
   }
-  static void row_end(const RowArgs& a, int64_t row) { zero_padding_columns<kN>(a, row); }
+  void row_end(const RowArgs& a, int64_t row) { zero_padding_columns<kN>(a, row); }
 };
 
 // nvfp4 (reference.quantize_nvfp4): float8_e4m3fn scale of vmax * (gs / 6); codes of g * os.
 struct Nvfp4Block {
   static constexpr int kN = 16;
-  static C10_ALWAYS_INLINE void block(const RowArgs& a, int64_t row, int64_t b, const float* g, uint8_t* out) {
+  explicit Nvfp4Block(const RowArgs& a) : gs(nvfp4_global(*a.global_scale)) {}
+  const Nvfp4Global gs;  // read once per row: the row's byte stores may alias it as far as C++ knows
+  C10_ALWAYS_INLINE void block(const RowArgs& a, int64_t row, int64_t b, const float* g, uint8_t* out) {
     uint32_t vmax = 0;
     for (int j = 0; j < kN; ++j) vmax = std::max(vmax, abs_bits(g[j]));
-    const float gs = *a.global_scale;
     const uint32_t byte = fp8e4m3fn_saturating(nvfp4_scale(bits_float(vmax), gs));
     store_scale_byte(a, row, b, byte);
     const float os = nvfp4_multiplier(bits_float(vmax), e4m3_value(byte), gs);
@@ -151,7 +158,7 @@ struct Nvfp4Block {
     for (int j = 0; j < kN; ++j) v[j] = g[j] * os;
     store_codes<kN, true>(v, out + b * kN / 2);
   }
-  static void row_end(const RowArgs& a, int64_t row) { zero_padding_columns<kN>(a, row); }
+  void row_end(const RowArgs& a, int64_t row) { zero_padding_columns<kN>(a, row); }
 };
 
 // Inlined into each instruction set's rows_* function below, so that it is compiled for each.
@@ -195,6 +202,7 @@ C10_ALWAYS_INLINE void row_kernel(const RowArgs& a, int64_t row) {
   const T* s_row = store_in_pass1 ? res : in;
 
   // Pass 2, one quantization block at a time (the row is in cache now).
+  Q quantizer(a);
   float g[N], wf[N];
   for (int64_t b = 0; b < H / N; ++b) {
     const int64_t base = b * N;
@@ -216,9 +224,9 @@ C10_ALWAYS_INLINE void row_kernel(const RowArgs& a, int64_t row) {
     }
     B::round(g);
     if (normed != nullptr) B::store(normed + base, g);
-    Q::block(a, row, b, g, out);
+    quantizer.block(a, row, b, g, out);
   }
-  Q::row_end(a, row);
+  quantizer.row_end(a, row);
 }
 
 // Instruction sets: the baseline of the build (x86-64: SSE2, 4 floats per vector), and on x86-64
