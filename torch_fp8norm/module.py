@@ -8,8 +8,8 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ._fake import _ACTIVATIONS, _name
-from .ops import (EPS_NONE, FORMATS, BlockQuantized, _check_format_options, _check_options, _float_eps,
+from ._fake import _ACTIVATIONS, _name, check_convention, parse_quant
+from .ops import (EPS_NONE, BlockQuantized, _check_format_options, _check_options, _float_eps,
                   fused_add_rmsnorm_fp8_block_quant, fused_add_rmsnorm_quant, rmsnorm_fp8_block_quant, rmsnorm_quant)
 from .reference import FORMAT_BLOCK, NORM_CONVENTIONS
 
@@ -44,21 +44,14 @@ class FusedAddRMSNormFP8(nn.Module):
         op = type(self).__name__
         _check_format_options(op, format, scale_layout, scale_format, scale_mode, global_scale, normed,
                               norm_convention)
-        if format not in FORMATS:
-            raise RuntimeError(f"{op}: format must be one of {FORMATS}, got {format!r}")
         if format == "fp8_1x128":
             scale_layout, scale_format = scale_layout or "deepgemm", scale_format or "fp32"
             _check_options(scale_layout, scale_format, normed, norm_convention, op)
-        else:
-            scale_layout = scale_layout or "swizzled"
-            if scale_layout not in ("swizzled", "row"):
-                raise RuntimeError(f"{op}: scale_layout must be one of ('swizzled', 'row'), got {scale_layout!r}")
+        else:  # the ops' own checks (RuntimeError for an unknown value), the defaults resolved
+            scale_layout = parse_quant(op, format, scale_layout, None, scale_mode, global_scale).layout
+            check_convention(op, norm_convention)
             if format in ("mxfp8", "mxfp4"):
                 scale_mode = scale_mode or "rceil"
-                if scale_mode not in ("rceil", "floor"):
-                    raise RuntimeError(f"{op}: scale_mode must be one of ('rceil', 'floor'), got {scale_mode!r}")
-            if norm_convention not in NORM_CONVENTIONS:
-                raise RuntimeError(f"{op}: norm_convention must be one of {NORM_CONVENTIONS}, got {norm_convention!r}")
         if isinstance(hidden_size, bool) or not isinstance(hidden_size, int):
             raise TypeError(f"{op}: hidden_size must be an int, got {type(hidden_size).__name__}")
         block = FORMAT_BLOCK[format]

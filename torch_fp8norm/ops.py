@@ -383,7 +383,7 @@ def rmsnorm_fp8_block_quant(
 
 # ---- Every block format (README, "Block formats"): MXFP8, MXFP4 and NVFP4 beside FP8 1x128.
 FORMATS = ("fp8_1x128", "mxfp8", "mxfp4", "nvfp4")
-from ._fake import FUSED_QUANT_OP, PLAIN_QUANT_OP  # noqa: E402  (the ops as their errors name them)
+from ._fake import FUSED_QUANT_OP, PLAIN_QUANT_OP, _quant_outputs, parse_quant  # noqa: E402  (the ops as named)
 _QUANT_OPS = {True: (torch.ops.fp8norm.fused_add_rmsnorm_quant.default, torch.ops.fp8norm.fused_add_rmsnorm_quant.out),
               False: (torch.ops.fp8norm.rmsnorm_quant.default, torch.ops.fp8norm.rmsnorm_quant.out)}
 
@@ -442,7 +442,6 @@ def _quant_call(op: str, input: Tensor, residual: Optional[Tensor], weight: Tens
     if normed:
         out, scale, n = functional(*ins, *opts)
     else:
-        from ._fake import _quant_outputs, parse_quant
         out, scale, n = _quant_outputs(x, parse_quant(op, format, scale_layout, scale_format, scale_mode,
                                                       global_scale))
         out_op(*ins, *opts, out=out, block_scale=scale, normed_out=None)
