@@ -237,6 +237,18 @@ C10_HOST_DEVICE inline uint32_t e8m0_floor(uint32_t amax_bits, int emax) {
   return static_cast<uint32_t>((e < -127 ? -127 : e > 128 ? 128 : e) + 127);
 }
 
+// The UE8M0 byte of an MX block from its amax bits (reference.quantize_mx): "rceil" of amax /
+// max_elem (448 or 6, correctly rounded), or "floor" of amax's exponent.
+C10_HOST_DEVICE inline uint32_t mx_scale_byte(uint32_t amax_bits, bool floor, bool fp4) {
+  if (floor) return e8m0_floor(amax_bits, fp4 ? kE2m1Emax : kE4m3Emax);
+  const float max_elem = fp4 ? 6.0f : kFp8Max;
+#ifdef __CUDA_ARCH__
+  return e8m0_rceil(__fdiv_rn(bits_float(amax_bits), max_elem));
+#else
+  return e8m0_rceil(bits_float(amax_bits) / max_elem);
+#endif
+}
+
 // The power of two an MX block's values are multiplied by before the element conversion:
 // 2^(127 - byte). "rceil": 1 for byte 0, NaN for 255 (TransformerEngine). "floor" (the reference
 // divides by max(2^(byte - 127), 2^-126)): 2^126 for byte 0, 0 for 255 (a division by inf). A
@@ -303,6 +315,12 @@ C10_HOST_DEVICE constexpr int format_block(Format f) {
 // ((m / 32) % 4) * 4 + k % 4.
 C10_HOST_DEVICE inline int64_t swizzled_scale_offset(int64_t m, int64_t k, int64_t k_tiles) {
   return ((m >> 7) * k_tiles + (k >> 2)) * 512 + (m & 31) * 16 + ((m >> 5) & 3) * 4 + (k & 3);
+}
+
+// The byte offset of row `row`'s block `b` scale in a one-byte block_scale (the block formats):
+// row-major rows of scale_stride_row bytes, or the 128x4 swizzle.
+C10_HOST_DEVICE inline int64_t scale_byte_offset(const RowArgs& a, int64_t row, int64_t b) {
+  return a.scale_swizzled ? swizzled_scale_offset(row, b, a.scale_k_tiles) : row * a.scale_stride_row + b;
 }
 
 }  // namespace fp8norm

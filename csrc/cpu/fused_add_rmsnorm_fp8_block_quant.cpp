@@ -98,9 +98,7 @@ struct Fp8Block {
 
 // The one-byte scales of the block formats: row-major, or the 128x4 swizzle.
 C10_ALWAYS_INLINE void store_scale_byte(const RowArgs& a, int64_t row, int64_t b, uint32_t byte) {
-  uint8_t* s = reinterpret_cast<uint8_t*>(a.block_scale);
-  const int64_t at = a.scale_swizzled ? swizzled_scale_offset(row, b, a.scale_k_tiles) : row * a.scale_stride_row + b;
-  s[at] = static_cast<uint8_t>(byte);
+  reinterpret_cast<uint8_t*>(a.block_scale)[scale_byte_offset(a, row, b)] = static_cast<uint8_t>(byte);
 }
 
 // The swizzled layout's padding columns of a row (Ks to 4 * k_tiles), zero on every call.
@@ -132,8 +130,7 @@ struct MxBlock {
   C10_ALWAYS_INLINE void block(const RowArgs& a, int64_t row, int64_t b, const float* g, uint8_t* out) {
     uint32_t amax = 0;
     for (int j = 0; j < kN; ++j) amax = std::max(amax, abs_bits(g[j]));
-    const uint32_t byte = a.scale_floor ? e8m0_floor(amax, Fp4 ? kE2m1Emax : kE4m3Emax)
-                                        : e8m0_rceil(bits_float(amax) / (Fp4 ? 6.0f : kFp8Max));
+    const uint32_t byte = mx_scale_byte(amax, a.scale_floor, Fp4);
     store_scale_byte(a, row, b, byte);
     const float r = mx_multiplier(byte, a.scale_floor);
     float v[kN];
