@@ -41,42 +41,28 @@ def nvfp4_encode_scale(amax: Tensor) -> Tensor:
 
 
 def quantize_weight(w: Tensor, fmt: str):
-    """[N, K] weight -> (codes, swizzled scales, decode scale or None): the op's format, by the
-    reference, so that both GEMM operands share one specification."""
+    """[N, K] weight -> (codes, swizzled scales, NVFP4's encode scale or None): the op's format, by
+    the reference, so that both GEMM operands share one specification."""
     gs = nvfp4_encode_scale(w.abs().amax()).to(w.device) if fmt == "nvfp4" else None
     q, s = R.quantize(w, fmt, "swizzled", None, gs)
-    return q, s, None if gs is None else 1.0 / gs
+    return q, s, gs
 
 
-def dequantize(q: Tensor, scale: Tensor, fmt: str, decode: Tensor | None = None) -> Tensor:
-    """The values a block-scaled GEMM sees: codes x block scale (x the decode scale for NVFP4), as
-    float32 [M, K], from the op's outputs (swizzled scales, padding ignored)."""
-    m = q.shape[0]
-    if fmt == "mxfp8":
-        v = q.float()
-    else:
-        v = R.e2m1_values(R.unpack_e2m1(q))
-    k = v.shape[1]
-    ks = k // BLOCK[fmt]
-    rows, cols = scale.shape
-    # The 128x4 swizzle: [row tiles, column tiles, 32, 4 (row groups), 4 (columns)] -> [M, K / block].
-    s = scale.view(torch.uint8).view(rows // 128, cols // 4, 32, 4, 4).permute(0, 3, 2, 1, 4)
-    s = s.reshape(rows, cols)[:m, :ks]
-    if fmt == "nvfp4":
-        sv = s.view(torch.float8_e4m3fn).float() * decode.float()
-    else:
-        sv = torch.where(s == 255, torch.nan, torch.exp2(s.float() - 127))
-    return (v.view(m, ks, BLOCK[fmt]) * sv.unsqueeze(-1)).view(m, k)
+def dequantize(q: Tensor, scale: Tensor, fmt: str, global_scale: Tensor | None = None) -> Tensor:
+    """The values a block-scaled GEMM sees, float32 [M, K]: the swizzled scales undone, then codes x
+    block scale (x 1 / global_scale for NVFP4), by the reference."""
+    k = q.shape[1] * (1 if fmt == "mxfp8" else 2)
+    return R.dequantize(q, R.unswizzle_128x4(scale, q.shape[0], k // BLOCK[fmt]), fmt, global_scale)
 
 
-def block_scaled_mm(q: Tensor, s: Tensor, w_q: Tensor, w_s: Tensor, fmt: str, decode_a=None, decode_w=None,
+def block_scaled_mm(q: Tensor, s: Tensor, w_q: Tensor, w_s: Tensor, fmt: str, gs_a=None, gs_w=None,
                     out_dtype=torch.bfloat16) -> Tensor:
-    """q [M, K] (codes) times w_q.T ([N, K] codes), both with 128x4 swizzled block scales: cuBLAS's
-    block-scaled GEMM through F.scaled_mm."""
+    """q [M, K] (codes) times w_q.T ([N, K] codes), both with 128x4 swizzled block scales (and for
+    NVFP4 their encode scales gs_a, gs_w): cuBLAS's block-scaled GEMM through F.scaled_mm."""
     if fmt == "nvfp4":
         recipe = [F.ScalingType.BlockWise1x16, F.ScalingType.TensorWise]
         swizzle = [F.SwizzleType.SWIZZLE_32_4_4, F.SwizzleType.NO_SWIZZLE]
-        return F.scaled_mm(q, w_q.t(), [s, decode_a], recipe, [w_s, decode_w], recipe, swizzle, swizzle,
+        return F.scaled_mm(q, w_q.t(), [s, 1.0 / gs_a], recipe, [w_s, 1.0 / gs_w], recipe, swizzle, swizzle,
                            output_dtype=out_dtype)
     recipe, swizzle = F.ScalingType.BlockWise1x32, F.SwizzleType.SWIZZLE_32_4_4
     return F.scaled_mm(q, w_q.t(), s, recipe, w_s, recipe, swizzle, swizzle, output_dtype=out_dtype)
@@ -108,11 +94,10 @@ def main(m: int = 37, k: int = 2880, n: int = 1024, device=None) -> dict:
     for fmt in FORMATS:
         gs = nvfp4_encode_scale(normed.abs().amax()).to(device) if fmt == "nvfp4" else None
         q, s = quantize_activations(x, residual.clone(), norm_w, fmt, gs)
-        w_q, w_s, decode_w = quantize_weight(w, fmt)
-        decode_a = None if gs is None else 1.0 / gs
-        emu = dequantize(q, s, fmt, decode_a).cpu() @ dequantize(w_q, w_s, fmt, decode_w).cpu().t()
+        w_q, w_s, gs_w = quantize_weight(w, fmt)
+        emu = dequantize(q, s, fmt, gs).cpu() @ dequantize(w_q, w_s, fmt, gs_w).cpu().t()
         rel = lambda y: float((y.float().cpu() - exact).norm() / exact.norm())  # noqa: E731
-        gemm_err = None if missing else rel(block_scaled_mm(q, s, w_q, w_s, fmt, decode_a, decode_w))
+        gemm_err = None if missing else rel(block_scaled_mm(q, s, w_q, w_s, fmt, gs, gs_w))
         results[fmt] = (gemm_err, rel(emu))
         print(f"{fmt}: relative error against the float32 layer: emulation {rel(emu):.3e}"
               + ("" if gemm_err is None else f", GEMM {gemm_err:.3e}"))

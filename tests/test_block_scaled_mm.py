@@ -34,8 +34,8 @@ def layer(device, gen, m=M):
 def operands(fmt, x, residual, norm_w, w, normed):
     gs = E.nvfp4_encode_scale(normed.abs().amax()).to(x.device) if fmt == "nvfp4" else None
     q, s = E.quantize_activations(x, residual, norm_w, fmt, gs)
-    w_q, w_s, decode_w = E.quantize_weight(w, fmt)
-    return q, s, None if gs is None else 1.0 / gs, w_q, w_s, decode_w
+    w_q, w_s, gs_w = E.quantize_weight(w, fmt)
+    return q, s, gs, w_q, w_s, gs_w
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -43,13 +43,13 @@ def operands(fmt, x, residual, norm_w, w, normed):
 def test_emulated_layer_within_the_format_error(device, fmt):
     gen = torch.Generator().manual_seed(1)
     x, residual, norm_w, w, normed = layer(device, gen)
-    q, s, decode_a, w_q, w_s, decode_w = operands(fmt, x, residual, norm_w, w, normed)
-    emu = E.dequantize(q, s, fmt, decode_a).cpu() @ E.dequantize(w_q, w_s, fmt, decode_w).cpu().t()
+    q, s, gs, w_q, w_s, gs_w = operands(fmt, x, residual, norm_w, w, normed)
+    emu = E.dequantize(q, s, fmt, gs).cpu() @ E.dequantize(w_q, w_s, fmt, gs_w).cpu().t()
     exact = normed.float() @ w.float().cpu().t()
     err = float((emu - exact).norm() / exact.norm())
     assert err < BOUND[fmt], (fmt, err)
     # The same dequantization with the scales of the wrong rows (a swizzle misread) is far off.
-    wrong = E.dequantize(q, s.roll(1, 0), fmt, decode_a).cpu() @ E.dequantize(w_q, w_s, fmt, decode_w).cpu().t()
+    wrong = E.dequantize(q, s.roll(1, 0), fmt, gs).cpu() @ E.dequantize(w_q, w_s, fmt, gs_w).cpu().t()
     assert float((wrong - exact).norm() / exact.norm()) > 2 * BOUND[fmt]
 
 
@@ -66,7 +66,7 @@ def test_example_runs():
 def test_gemm_matches_emulation(fmt, m):
     gen = torch.Generator().manual_seed(m)
     x, residual, norm_w, w, normed = layer("cuda", gen, m)
-    q, s, decode_a, w_q, w_s, decode_w = operands(fmt, x, residual, norm_w, w, normed)
-    y = E.block_scaled_mm(q, s, w_q, w_s, fmt, decode_a, decode_w).float().cpu()
-    emu = E.dequantize(q, s, fmt, decode_a).cpu() @ E.dequantize(w_q, w_s, fmt, decode_w).cpu().t()
+    q, s, gs, w_q, w_s, gs_w = operands(fmt, x, residual, norm_w, w, normed)
+    y = E.block_scaled_mm(q, s, w_q, w_s, fmt, gs, gs_w).float().cpu()
+    emu = E.dequantize(q, s, fmt, gs).cpu() @ E.dequantize(w_q, w_s, fmt, gs_w).cpu().t()
     assert float((y - emu).norm() / emu.norm()) < 1e-2, fmt
