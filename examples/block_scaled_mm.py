@@ -20,7 +20,6 @@ import torch_fp8norm
 from torch_fp8norm import reference as R
 
 FORMATS = ("mxfp8", "mxfp4", "nvfp4")
-BLOCK = {"mxfp8": 32, "mxfp4": 32, "nvfp4": 16}
 E4M3_MAX, E2M1_MAX = 448.0, 6.0
 
 
@@ -52,7 +51,7 @@ def dequantize(q: Tensor, scale: Tensor, fmt: str, global_scale: Tensor | None =
     """The values a block-scaled GEMM sees, float32 [M, K]: the swizzled scales undone, then codes x
     block scale (x 1 / global_scale for NVFP4), by the reference."""
     k = q.shape[1] * (1 if fmt == "mxfp8" else 2)
-    return R.dequantize(q, R.unswizzle_128x4(scale, q.shape[0], k // BLOCK[fmt]), fmt, global_scale)
+    return R.dequantize(q, R.unswizzle_128x4(scale, q.shape[0], k // R.FORMAT_BLOCK[fmt]), fmt, global_scale)
 
 
 def block_scaled_mm(q: Tensor, s: Tensor, w_q: Tensor, w_s: Tensor, fmt: str, gs_a=None, gs_w=None,
