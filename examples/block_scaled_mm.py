@@ -20,7 +20,6 @@ import torch_fp8norm
 from torch_fp8norm import reference as R
 
 FORMATS = ("mxfp8", "mxfp4", "nvfp4")
-E4M3_MAX, E2M1_MAX = 448.0, 6.0
 
 
 def gemm_available(device) -> str:
@@ -36,7 +35,7 @@ def gemm_available(device) -> str:
 
 def nvfp4_encode_scale(amax: Tensor) -> Tensor:
     """NVFP4's per-tensor encode scale, 448 * 6 / amax (the op's global_scale), float32 [1]."""
-    return (E4M3_MAX * E2M1_MAX / amax.float().clamp_min(1e-30)).reshape(1)
+    return (R.FP8_MAX * R.E2M1_MAX / amax.float().clamp_min(1e-30)).reshape(1)
 
 
 def quantize_weight(w: Tensor, fmt: str):
@@ -77,6 +76,15 @@ def quantize_activations(x: Tensor, residual: Tensor, norm_weight: Tensor, fmt: 
     return q, s
 
 
+def layer_operands(fmt: str, x: Tensor, residual: Tensor, norm_weight: Tensor, w: Tensor, act_amax: Tensor):
+    """One format's GEMM operands: the activations by the op (residual updated in place; NVFP4's
+    encode scale from act_amax, the activations' calibrated amax) and the weight by the reference:
+    (q, s, gs, w_q, w_s, gs_w), gs None but for NVFP4."""
+    gs = nvfp4_encode_scale(act_amax).to(x.device) if fmt == "nvfp4" else None
+    q, s = quantize_activations(x, residual, norm_weight, fmt, gs)
+    return (q, s, gs, *quantize_weight(w, fmt))
+
+
 def main(m: int = 37, k: int = 2880, n: int = 1024, device=None) -> dict:
     """Each format: the layer's output by the GEMM (where it runs) and by the emulation, and their
     relative errors against the unquantized float32 layer. Returns {format: (gemm_err, emu_err)}."""
@@ -87,13 +95,11 @@ def main(m: int = 37, k: int = 2880, n: int = 1024, device=None) -> dict:
     norm_w = (torch.rand(k, generator=gen) + 0.5).to(torch.bfloat16).to(device)
     w = (torch.randn(n, k, generator=gen) / k**0.5).to(torch.bfloat16).to(device)
     missing = gemm_available(device)
-    normed = R.rms_normalize((residual.float() + x.float()).to(torch.bfloat16).cpu(), norm_w.cpu(), 1e-6)
+    normed = R.rms_normalize(R.residual_sum(x.cpu(), residual.cpu())[1], norm_w.cpu(), 1e-6)
     exact = normed.float() @ w.float().cpu().t()
     results = {}
     for fmt in FORMATS:
-        gs = nvfp4_encode_scale(normed.abs().amax()).to(device) if fmt == "nvfp4" else None
-        q, s = quantize_activations(x, residual.clone(), norm_w, fmt, gs)
-        w_q, w_s, gs_w = quantize_weight(w, fmt)
+        q, s, gs, w_q, w_s, gs_w = layer_operands(fmt, x, residual.clone(), norm_w, w, normed.abs().amax())
         emu = dequantize(q, s, fmt, gs).cpu() @ dequantize(w_q, w_s, fmt, gs_w).cpu().t()
         rel = lambda y: float((y.float().cpu() - exact).norm() / exact.norm())  # noqa: E731
         gemm_err = None if missing else rel(block_scaled_mm(q, s, w_q, w_s, fmt, gs, gs_w))

@@ -31,19 +31,12 @@ def layer(device, gen, m=M):
     return x, residual, norm_w, w, normed
 
 
-def operands(fmt, x, residual, norm_w, w, normed):
-    gs = E.nvfp4_encode_scale(normed.abs().amax()).to(x.device) if fmt == "nvfp4" else None
-    q, s = E.quantize_activations(x, residual, norm_w, fmt, gs)
-    w_q, w_s, gs_w = E.quantize_weight(w, fmt)
-    return q, s, gs, w_q, w_s, gs_w
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("fmt", E.FORMATS)
 def test_emulated_layer_within_the_format_error(device, fmt):
     gen = torch.Generator().manual_seed(1)
     x, residual, norm_w, w, normed = layer(device, gen)
-    q, s, gs, w_q, w_s, gs_w = operands(fmt, x, residual, norm_w, w, normed)
+    q, s, gs, w_q, w_s, gs_w = E.layer_operands(fmt, x, residual, norm_w, w, normed.abs().amax())
     emu = E.dequantize(q, s, fmt, gs).cpu() @ E.dequantize(w_q, w_s, fmt, gs_w).cpu().t()
     exact = normed.float() @ w.float().cpu().t()
     err = float((emu - exact).norm() / exact.norm())
@@ -66,7 +59,7 @@ def test_example_runs():
 def test_gemm_matches_emulation(fmt, m):
     gen = torch.Generator().manual_seed(m)
     x, residual, norm_w, w, normed = layer("cuda", gen, m)
-    q, s, gs, w_q, w_s, gs_w = operands(fmt, x, residual, norm_w, w, normed)
+    q, s, gs, w_q, w_s, gs_w = E.layer_operands(fmt, x, residual, norm_w, w, normed.abs().amax())
     y = E.block_scaled_mm(q, s, w_q, w_s, fmt, gs, gs_w).float().cpu()
     emu = E.dequantize(q, s, fmt, gs).cpu() @ E.dequantize(w_q, w_s, fmt, gs_w).cpu().t()
     assert float((y - emu).norm() / emu.norm()) < 1e-2, fmt
